@@ -1,0 +1,144 @@
+"""The communication-strategy interface and its first strategy, Vanilla.
+
+A strategy moves rows between devices inside a ``shard_map`` program and carries its own
+state (caches, stale halos, statistics) in ``comm_state``, a pytree that lives inside the train
+state. Models never see the strategy: they call a :class:`jaxgraph.models.Propagator`, which
+calls :meth:`CommStrategy.exchange`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgraph.comm.ring import ring_exchange
+from jaxgraph.partition.halo import HaloPlan
+
+CommState = Any
+
+
+class GraphShard(NamedTuple):
+    """One device's share of a partitioned graph, built from a :class:`HaloPlan`.
+
+    On the host every field carries a leading axis of size ``P`` (the mesh axis); inside the
+    ``shard_map`` body that axis is gone and the shapes are those below.
+
+    Shapes:
+      x: ``f32[Nl, F]`` local node features (zero on pad rows).
+      labels: ``int32[Nl]`` (``-1`` on unlabelled and pad rows) or ``bool[Nl, C]``.
+      train_mask, val_mask, test_mask, local_mask: ``bool[Nl]`` (``False`` on pad rows).
+      edge_src: ``int32[Em]`` sources in ``[0, Nl + H)``, i.e. ``[local rows | halo rows]``.
+      edge_dst: ``int32[Em]`` destinations in ``[0, Nl)``, sorted ascending.
+      edge_mask: ``bool[Em]`` (``False`` on pad edges).
+      gcn_edge_weight, mean_edge_weight: ``f32[Em]``; gcn_self_weight: ``f32[Nl]``.
+      send_idx: per ring round ``r``, ``int32[S_r]`` local rows sent in round ``r``.
+    """
+
+    x: jax.Array
+    labels: jax.Array
+    train_mask: jax.Array
+    val_mask: jax.Array
+    test_mask: jax.Array
+    local_mask: jax.Array
+    edge_src: jax.Array
+    edge_dst: jax.Array
+    edge_mask: jax.Array
+    gcn_edge_weight: jax.Array
+    gcn_self_weight: jax.Array
+    mean_edge_weight: jax.Array
+    send_idx: tuple[jax.Array, ...]
+
+    @classmethod
+    def from_plan(cls, graph, plan: HaloPlan) -> GraphShard:
+        """Host-side stacked shards ``[P, ...]`` of ``graph`` under ``plan`` (NumPy arrays)."""
+        labels = plan.shard_nodes(graph.labels)
+        if not graph.multi_label:
+            labels = np.where(plan.local_mask, labels, -1).astype(np.int32)
+        return cls(
+            x=plan.shard_nodes(graph.features).astype(np.float32),
+            labels=labels,
+            train_mask=plan.shard_nodes(graph.train_mask),
+            val_mask=plan.shard_nodes(graph.val_mask),
+            test_mask=plan.shard_nodes(graph.test_mask),
+            local_mask=plan.local_mask,
+            edge_src=plan.edge_src,
+            edge_dst=plan.edge_dst,
+            edge_mask=plan.edge_mask,
+            gcn_edge_weight=plan.gcn_edge_weight,
+            gcn_self_weight=plan.gcn_self_weight,
+            mean_edge_weight=plan.mean_edge_weight,
+            send_idx=tuple(plan.send_idx),
+        )
+
+    @property
+    def num_local(self) -> int:
+        return self.x.shape[-2]
+
+
+class CommStrategy(abc.ABC):
+    """How halo rows travel between devices.
+
+    Subclasses are immutable descriptions (hashable, so a jitted step can close over them);
+    everything that changes during training lives in ``comm_state``.
+    """
+
+    name: str = "abstract"
+
+    def init_state(self, plan: HaloPlan, layer_dims: tuple[int, ...]) -> CommState:
+        """Host-side initial ``comm_state`` (leaves stacked with a leading ``P`` axis).
+
+        Args:
+          plan: the halo plan of the run.
+          layer_dims: the feature width of the rows exchanged at each layer.
+        """
+        del plan, layer_dims
+        return {}
+
+    @abc.abstractmethod
+    def exchange(
+        self,
+        h_local: jax.Array,
+        shard: GraphShard,
+        comm_state: CommState,
+        *,
+        layer: int,
+        axis_name: str,
+        num_parts: int,
+        key: jax.Array | None = None,
+    ) -> tuple[jax.Array, CommState, jax.Array]:
+        """Delivers this device's halo rows.
+
+        Returns:
+          ``(h_remote, comm_state', bytes_moved)``: the halo rows in the plan's halo layout,
+          the updated state, and the bytes this device put on the wire for this exchange
+          (forward and backward), as an ``f32[]`` scalar.
+
+        Shapes:
+          ``h_local: [Nl, F] -> h_remote: [H, F]``.
+        """
+
+
+class Vanilla(CommStrategy):
+    """Full-precision (fp32) ring all-to-all of halo rows, synchronous, in both passes."""
+
+    name = "vanilla"
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+        del layer, key
+        h_remote = ring_exchange(
+            h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts
+        )
+        # The backward pass sends the same volume back along the reversed ring.
+        payload = sum(idx.shape[0] for idx in shard.send_idx) * h_local.shape[-1]
+        bytes_moved = jnp.float32(2 * payload * h_local.dtype.itemsize)
+        return h_remote, comm_state, bytes_moved

@@ -1,0 +1,135 @@
+"""Assigning every node of a graph to one of ``P`` parts (one part per device).
+
+A partition is an ``int32[N]`` array ``parts`` with ``parts[v]`` = the part (device) that owns
+node ``v``, in ``[0, P)``. Parts may be empty (METIS on tiny or disconnected graphs can leave a
+part without nodes); every consumer in :mod:`jaxgraph.partition` handles empty parts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from jaxgraph.graph import Graph
+
+Method = Literal["metis", "random", "contiguous"]
+METHODS: tuple[str, ...] = ("metis", "random", "contiguous")
+
+
+def partition_graph(
+    graph: Graph, num_parts: int, *, method: Method = "metis", seed: int = 0
+) -> np.ndarray:
+    """Splits the nodes of ``graph`` into ``num_parts`` parts.
+
+    Methods:
+      ``"metis"``: a METIS k-way (``P > 8``) or recursive-bisection (``P <= 8``) partition,
+        through :func:`pymetis.part_graph`, of the symmetrized adjacency without self-loops
+        (edge directions are ignored for the cut). Minimises the edge cut under a balance
+        constraint; some parts may end up empty on tiny or disconnected graphs.
+      ``"random"``: a seeded, balanced random assignment (part sizes differ by at most one).
+      ``"contiguous"``: consecutive blocks of ids, ``parts[v] = floor(v * P / N)`` (sizes
+        differ by at most one, ids ascending across parts).
+
+    With ``num_parts == 1`` every node is on part 0 and no partitioner runs.
+
+    Args:
+      graph: the graph to split.
+      num_parts: number of parts ``P >= 1``, at most ``graph.num_nodes``.
+      method: one of :data:`METHODS`.
+      seed: seed of the METIS run or of the random assignment (ignored by ``"contiguous"``).
+
+    Returns:
+      ``parts``, the owner part of each node.
+
+    Shapes:
+      ``-> int32[N]`` with values in ``[0, P)``; index = global node id.
+
+    Raises:
+      ValueError: on an unknown method, ``num_parts < 1`` or ``num_parts > num_nodes``.
+    """
+    if method not in METHODS:
+        raise ValueError(
+            f"unknown partition method {method!r}; expected one of {', '.join(METHODS)}"
+        )
+    n = graph.num_nodes
+    num_parts = _check_num_parts(num_parts, n)
+    if num_parts == 1:
+        return np.zeros(n, np.int32)
+    if method == "contiguous":
+        return (np.arange(n, dtype=np.int64) * num_parts // n).astype(np.int32)
+    if method == "random":
+        rng = np.random.default_rng(seed)
+        return rng.permutation(np.arange(n) % num_parts).astype(np.int32)
+    return _metis(graph, num_parts, seed)
+
+
+def _check_num_parts(num_parts, num_nodes: int) -> int:
+    if isinstance(num_parts, bool) or int(num_parts) != num_parts:
+        raise ValueError(f"num_parts must be an integer, got {num_parts!r}")
+    num_parts = int(num_parts)
+    if num_parts < 1:
+        raise ValueError(f"num_parts must be at least 1, got {num_parts}")
+    if num_parts > num_nodes:
+        raise ValueError(
+            f"cannot split a graph of {num_nodes} nodes into {num_parts} parts "
+            f"(num_parts={num_parts} > num_nodes={num_nodes})"
+        )
+    return num_parts
+
+
+def _metis(graph: Graph, num_parts: int, seed: int) -> np.ndarray:
+    import pymetis
+
+    n = graph.num_nodes
+    src, dst = graph.edges()
+    keep = src != dst
+    rows = np.concatenate([dst[keep], src[keep]])
+    cols = np.concatenate([src[keep], dst[keep]])
+    sym = sp.csr_matrix((np.ones(rows.size, np.int8), (rows, cols)), shape=(n, n))
+    sym.sum_duplicates()  # canonical: sorted, duplicate-free neighbour lists
+    csr = pymetis.CSRAdjacency(
+        adj_starts=sym.indptr.astype(np.int64), adjacent=sym.indices.astype(np.int64)
+    )
+    result = pymetis.part_graph(num_parts, csr, options=pymetis.Options(seed=int(seed)))
+    parts = np.asarray(result.vertex_part, dtype=np.int32)
+    if parts.shape != (graph.num_nodes,) or parts.min() < 0 or parts.max() >= num_parts:
+        raise RuntimeError(f"METIS returned an invalid partition into {num_parts} parts")
+    return parts
+
+
+def check_parts(parts, num_nodes: int, num_parts: int | None = None) -> tuple[np.ndarray, int]:
+    """Validates a partition array and resolves the number of parts.
+
+    Args:
+      parts: owner part of each node.
+      num_nodes: ``N``.
+      num_parts: ``P``; when ``None``, ``max(parts) + 1`` (pass it explicitly when trailing
+        parts may be empty).
+
+    Returns:
+      ``(parts int32[N], P)``.
+
+    Raises:
+      ValueError: on a wrong shape, non-integer values or part ids outside ``[0, P)``.
+    """
+    arr = np.asarray(parts)
+    if arr.shape != (num_nodes,):
+        raise ValueError(f"parts must have shape [{num_nodes}], got {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"parts must hold integer part ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int32)
+    if num_parts is None:
+        num_parts = int(arr.max()) + 1 if arr.size else 1
+    num_parts = int(num_parts)
+    if num_parts < 1:
+        raise ValueError(f"num_parts must be at least 1, got {num_parts}")
+    bad = np.flatnonzero((arr < 0) | (arr >= num_parts))
+    if bad.size:
+        v = int(bad[0])
+        raise ValueError(
+            f"parts[{v}] = {int(arr[v])} is not a part id in [0, {num_parts}) "
+            f"({bad.size} invalid entries)"
+        )
+    return arr, num_parts

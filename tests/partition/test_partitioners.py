@@ -1,0 +1,106 @@
+"""Tests of jaxgraph.partition.partitioners."""
+
+import numpy as np
+import pytest
+from graph_cases import ALL_CASES, random_graph, two_cliques_bridge
+
+from jaxgraph.partition import METHODS, check_parts, partition_graph, partition_report
+
+PARTS = (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("num_parts", PARTS)
+@pytest.mark.parametrize("case", sorted(ALL_CASES))
+def test_partition_is_valid(case, num_parts, method):
+    graph = ALL_CASES[case]()
+    parts = partition_graph(graph, num_parts, method=method, seed=1)
+    assert parts.dtype == np.int32
+    assert parts.shape == (graph.num_nodes,)
+    assert parts.min() >= 0 and parts.max() < num_parts
+    if method != "metis":
+        sizes = np.bincount(parts, minlength=num_parts)
+        assert sizes.max() - sizes.min() <= 1
+
+
+def test_single_part_skips_metis(monkeypatch):
+    import pymetis
+
+    def boom(*args, **kwargs):
+        raise AssertionError("METIS must not run for one part")
+
+    monkeypatch.setattr(pymetis, "part_graph", boom)
+    graph = random_graph(50, 4.0, seed=3)
+    for method in METHODS:
+        np.testing.assert_array_equal(partition_graph(graph, 1, method=method), 0)
+
+
+def test_too_many_parts_names_both_numbers():
+    graph = two_cliques_bridge()  # 24 nodes
+    with pytest.raises(ValueError, match=r"25.*24|24.*25"):
+        partition_graph(graph, 25)
+    assert partition_graph(graph, 24, method="random").tolist() != []  # P == N is fine
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_invalid_num_parts(bad):
+    with pytest.raises(ValueError, match="num_parts"):
+        partition_graph(two_cliques_bridge(), bad)
+
+
+def test_invalid_method_lists_methods():
+    with pytest.raises(ValueError, match="metis, random, contiguous"):
+        partition_graph(two_cliques_bridge(), 2, method="spectral")
+
+
+def test_random_is_seeded():
+    graph = random_graph(100, 4.0, seed=0)
+    a = partition_graph(graph, 4, method="random", seed=5)
+    b = partition_graph(graph, 4, method="random", seed=5)
+    c = partition_graph(graph, 4, method="random", seed=6)
+    np.testing.assert_array_equal(a, b)
+    assert np.any(a != c)
+
+
+def test_contiguous_blocks():
+    graph = random_graph(30, 3.0, seed=0)
+    parts = partition_graph(graph, 4, method="contiguous")
+    assert np.all(np.diff(parts) >= 0)
+    np.testing.assert_array_equal(np.bincount(parts), [8, 7, 8, 7])
+
+
+def test_metis_is_deterministic_for_a_seed():
+    graph = ALL_CASES["power_law"]()
+    a = partition_graph(graph, 4, method="metis", seed=3)
+    b = partition_graph(graph, 4, method="metis", seed=3)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_metis_cuts_only_the_bridge():
+    graph = two_cliques_bridge()
+    parts = partition_graph(graph, 2, method="metis")
+    assert partition_report(graph, parts).edge_cut == 2  # the bridge, both directions
+    # The cliques are the even and the odd ids.
+    assert len(set(parts[0::2].tolist())) == 1 and len(set(parts[1::2].tolist())) == 1
+
+
+@pytest.mark.parametrize("case", ["power_law", "random", "random_directed", "self_loops"])
+def test_metis_cuts_less_than_random(case):
+    graph = ALL_CASES[case]()
+    metis = partition_report(graph, partition_graph(graph, 4, method="metis"))
+    rand = partition_report(graph, partition_graph(graph, 4, method="random"))
+    assert metis.edge_cut < rand.edge_cut
+
+
+def test_check_parts():
+    parts, p = check_parts(np.array([0, 2, 2, 0]), 4)
+    assert p == 3 and parts.dtype == np.int32
+    assert check_parts(np.array([0, 1, 1, 0]), 4, num_parts=5)[1] == 5
+    with pytest.raises(ValueError, match="shape"):
+        check_parts(np.zeros(3, int), 4)
+    with pytest.raises(ValueError, match=r"parts\[1\] = 3"):
+        check_parts(np.array([0, 3, 1, 0]), 4, num_parts=3)
+    with pytest.raises(ValueError, match=r"parts\[2\] = -1"):
+        check_parts(np.array([0, 1, -1, 0]), 4)
+    with pytest.raises(ValueError, match="integer"):
+        check_parts(np.array([0.0, 1.0, 1.0, 0.0]), 4)
