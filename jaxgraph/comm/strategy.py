@@ -135,9 +135,7 @@ class Vanilla(CommStrategy):
 
     def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
         del layer, key
-        h_remote = ring_exchange(
-            h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts
-        )
+        h_remote = ring_exchange(h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
         # The backward pass sends the same volume back along the reversed ring.
         payload = sum(idx.shape[0] for idx in shard.send_idx) * h_local.shape[-1]
         bytes_moved = jnp.float32(2 * payload * h_local.dtype.itemsize)

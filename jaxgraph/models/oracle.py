@@ -15,7 +15,12 @@ from jaxgraph.graph import Graph
 
 
 def oracle_forward(
-    name: str, params, graph: Graph, *, num_layers: int, layer_norm: bool = False,
+    name: str,
+    params,
+    graph: Graph,
+    *,
+    num_layers: int,
+    layer_norm: bool = False,
     heads: int = 4,
 ) -> jax.Array:
     """Logits ``f32[N, C]`` of model ``name`` without dropout on the whole ``graph``."""
@@ -82,6 +87,7 @@ def oracle_loss(logits: jax.Array, graph: Graph, mask: np.ndarray | None = None)
 
 def oracle_loss_and_grads(name: str, params, graph: Graph, **model_kwargs):
     """``(loss, grads)`` of :func:`oracle_loss` over the train mask, jitted once per call."""
+
     def loss(p):
         return oracle_loss(oracle_forward(name, p, graph, **model_kwargs), graph)
 

@@ -89,6 +89,4 @@ def segment_sum_sorted(
       ``h: [N_src, F]``, ``src, dst, weight: [E]`` -> ``[num_segments, F]``.
     """
     msgs = jnp.take(h, src, axis=0) * weight[:, None].astype(h.dtype)  # [E, F]
-    return jax.ops.segment_sum(
-        msgs, dst, num_segments=num_segments, indices_are_sorted=True
-    )
+    return jax.ops.segment_sum(msgs, dst, num_segments=num_segments, indices_are_sorted=True)

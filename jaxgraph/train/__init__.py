@@ -6,7 +6,19 @@ from jaxgraph.train.loop import METHODS, load_graph, make_optimizer, make_strate
 from jaxgraph.train.state import Trainer, TrainState
 
 __all__ = [
-    "METHODS", "CheckpointError", "DataConfig", "ModelConfig", "OptimConfig", "TrainConfig",
-    "TrainState", "Trainer", "load_config", "load_graph", "make_optimizer", "make_strategy",
-    "restore_checkpoint", "save_checkpoint", "train",
+    "METHODS",
+    "CheckpointError",
+    "DataConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "TrainState",
+    "Trainer",
+    "load_config",
+    "load_graph",
+    "make_optimizer",
+    "make_strategy",
+    "restore_checkpoint",
+    "save_checkpoint",
+    "train",
 ]

@@ -38,13 +38,17 @@ def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     arrays = {}
-    for i, (path, leaf) in enumerate(_leaf_paths(state)):
+    for i, (_, leaf) in enumerate(_leaf_paths(state)):
         value = jax.device_get(leaf)
         if jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key):
             value = jax.random.key_data(value)
         arrays[f"leaf{i:05d}"] = np.asarray(value)
-    meta = {"format_version": FORMAT_VERSION, "epoch": int(epoch),
-            "leaf_paths": [p for p, _ in _leaf_paths(state)], **header}
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "epoch": int(epoch),
+        "leaf_paths": [p for p, _ in _leaf_paths(state)],
+        **header,
+    }
     arrays["__header__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     final = directory / f"ckpt_{epoch:06d}.npz"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ckpt_", suffix=".tmp")
@@ -70,14 +74,13 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
     directory = Path(directory)
     if not directory.is_dir():
         return None
-    found = sorted((int(m.group(1)), p) for p in directory.iterdir()
-                   if (m := _NAME.match(p.name)))
+    found = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name)))
     return found[-1][1] if found else None
 
 
 def read_header(path: str | Path) -> dict[str, Any]:
     try:
-        with np.load(path) as data:
+        with open(path, "rb") as f, np.load(f) as data:
             return json.loads(bytes(data["__header__"]).decode())
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
         raise CheckpointError(
@@ -111,7 +114,7 @@ def restore_checkpoint(path: str | Path, template) -> tuple[Any, dict[str, Any]]
         )
     restored = []
     try:
-        with np.load(path) as data:
+        with open(path, "rb") as f, np.load(f) as data:
             for i, (name, leaf) in enumerate(leaves):
                 value = data[f"leaf{i:05d}"]
                 is_key = jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)

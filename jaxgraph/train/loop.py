@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 import optax
 from tqdm.auto import tqdm
 
@@ -49,11 +48,21 @@ def load_graph(cfg: DataConfig) -> Graph:
     from jaxgraph.data import DATASETS, dc_sbm, load_dataset, rmat
 
     if cfg.name == "sbm":
-        return dc_sbm(cfg.num_nodes, cfg.num_classes, cfg.avg_degree,
-                      num_features=cfg.num_features, seed=cfg.seed)
+        return dc_sbm(
+            cfg.num_nodes,
+            cfg.num_classes,
+            cfg.avg_degree,
+            num_features=cfg.num_features,
+            seed=cfg.seed,
+        )
     if cfg.name == "rmat":
-        return rmat(cfg.num_nodes, int(cfg.num_nodes * cfg.avg_degree), seed=cfg.seed,
-                    num_features=cfg.num_features, num_classes=cfg.num_classes)
+        return rmat(
+            cfg.num_nodes,
+            int(cfg.num_nodes * cfg.avg_degree),
+            seed=cfg.seed,
+            num_features=cfg.num_features,
+            num_classes=cfg.num_classes,
+        )
     if cfg.name not in DATASETS:
         raise ValueError(
             f"unknown dataset {cfg.name!r}; choose one of {', '.join(DATASETS + SYNTHETIC)}"
@@ -89,12 +98,19 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     plan = build_halo_plan(graph, parts)
 
     m = config.model
-    model = make_model(m.name, hidden=m.hidden, out_dim=graph.num_classes,
-                       num_layers=m.num_layers, dropout=m.dropout, layer_norm=m.layer_norm,
-                       heads=m.heads)
+    model = make_model(
+        m.name,
+        hidden=m.hidden,
+        out_dim=graph.num_classes,
+        num_layers=m.num_layers,
+        dropout=m.dropout,
+        layer_norm=m.layer_norm,
+        heads=m.heads,
+    )
     strategy = make_strategy(config.method)
-    trainer = Trainer(model, make_optimizer(config.optim), strategy, mesh,
-                      num_train=int(graph.train_mask.sum()))
+    trainer = Trainer(
+        model, make_optimizer(config.optim), strategy, mesh, num_train=int(graph.train_mask.sum())
+    )
     shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
     comm_state = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
     state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
@@ -108,6 +124,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         start_epoch, best = header["epoch"], _Best(**header["best"])
     metrics_path = workdir / "metrics.jsonl" if workdir else None
     if metrics_path is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(metrics_path, start_epoch)
 
     t0 = time.perf_counter()
@@ -116,15 +133,23 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     compile_time = time.perf_counter() - t0
 
     epoch_times, last = [], {}
-    bar = tqdm(range(start_epoch + 1, config.epochs + 1), disable=not config.progress,
-               desc=f"{graph.name} {m.name} P={config.parts} {config.method}", unit="epoch")
+    bar = tqdm(
+        range(start_epoch + 1, config.epochs + 1),
+        disable=not config.progress,
+        desc=f"{graph.name} {m.name} P={config.parts} {config.method}",
+        unit="epoch",
+    )
     for epoch in bar:
         t = time.perf_counter()
         state, metrics = train_step(state, shards)
         metrics = jax.device_get(metrics)
         epoch_times.append(time.perf_counter() - t)
-        record = {"epoch": epoch, "loss": float(metrics["loss"]),
-                  "bytes_moved": float(metrics["bytes_moved"]), "epoch_time": epoch_times[-1]}
+        record = {
+            "epoch": epoch,
+            "loss": float(metrics["loss"]),
+            "bytes_moved": float(metrics["bytes_moved"]),
+            "epoch_time": epoch_times[-1],
+        }
         if epoch % config.eval_every == 0 or epoch == config.epochs:
             counts, val_loss = jax.device_get(eval_step(state.params, shards))
             scores = {k: counts_to_score(v) for k, v in counts.items()}
@@ -135,17 +160,31 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         if metrics_path is not None:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-        if ckpt_dir is not None and config.checkpoint_every and epoch % config.checkpoint_every == 0:
-            save_checkpoint(ckpt_dir, epoch, state,
-                            {"config": config.to_dict(), "best": dataclasses.asdict(best)})
+        if (
+            ckpt_dir is not None
+            and config.checkpoint_every
+            and epoch % config.checkpoint_every == 0
+        ):
+            save_checkpoint(
+                ckpt_dir,
+                epoch,
+                state,
+                {"config": config.to_dict(), "best": dataclasses.asdict(best)},
+            )
         last = record
     bar.close()
 
     steady = epoch_times[1:] or epoch_times
     summary = {
-        "dataset": graph.name, "model": m.name, "parts": config.parts, "method": config.method,
-        "epochs": config.epochs, "best_epoch": best.epoch, "best_val": best.val,
-        "train_at_best": best.train, "test_at_best": best.test,
+        "dataset": graph.name,
+        "model": m.name,
+        "parts": config.parts,
+        "method": config.method,
+        "epochs": config.epochs,
+        "best_epoch": best.epoch,
+        "best_val": best.val,
+        "train_at_best": best.train,
+        "test_at_best": best.test,
         "final_loss": last.get("loss", math.nan),
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
@@ -161,7 +200,9 @@ def _check_same_run(path: Path, saved: dict[str, Any], config: TrainConfig) -> N
     """A checkpoint may be resumed with a different epoch budget, nothing else."""
     now = config.to_dict()
     ignore = {"epochs", "progress", "workdir", "checkpoint_every", "eval_every"}
-    diff = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
+    diff = sorted(
+        k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k)
+    )
     if diff:
         raise ValueError(
             f"checkpoint {path} belongs to a different run: settings {diff} differ "
@@ -174,8 +215,11 @@ def _truncate_metrics(path: Path, last_epoch: int) -> None:
     """Drops metric lines past the checkpoint we resume from (written before a kill)."""
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["epoch"] <= last_epoch]
+    keep = [
+        line
+        for line in path.read_text().splitlines()
+        if line.strip() and json.loads(line)["epoch"] <= last_epoch
+    ]
     _atomic_write(path, "".join(line + "\n" for line in keep))
 
 
@@ -187,7 +231,6 @@ def _atomic_write(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
 
 
 __all__ = ["METHODS", "load_graph", "make_optimizer", "make_strategy", "train"]

@@ -52,11 +52,19 @@ def _dummy_shard(in_dim: int) -> GraphShard:
     """A one-node, edge-free shard: enough to trace a model for parameter shapes."""
     z = np.zeros
     return GraphShard(
-        x=z((1, in_dim), np.float32), labels=z(1, np.int32), train_mask=z(1, bool),
-        val_mask=z(1, bool), test_mask=z(1, bool), local_mask=np.ones(1, bool),
-        edge_src=z(1, np.int32), edge_dst=z(1, np.int32), edge_mask=z(1, bool),
-        gcn_edge_weight=z(1, np.float32), gcn_self_weight=z(1, np.float32),
-        mean_edge_weight=z(1, np.float32), send_idx=(),
+        x=z((1, in_dim), np.float32),
+        labels=z(1, np.int32),
+        train_mask=z(1, bool),
+        val_mask=z(1, bool),
+        test_mask=z(1, bool),
+        local_mask=np.ones(1, bool),
+        edge_src=z(1, np.int32),
+        edge_dst=z(1, np.int32),
+        edge_mask=z(1, bool),
+        gcn_edge_weight=z(1, np.float32),
+        gcn_self_weight=z(1, np.float32),
+        mean_edge_weight=z(1, np.float32),
+        send_idx=(),
     )
 
 
@@ -78,10 +86,13 @@ def _eval_counts(logits, labels, masks):
         if labels.ndim == 2:
             pred = logits > 0
             m = mask[:, None]
-            out[name] = jnp.stack([
-                jnp.sum(pred & labels & m), jnp.sum(pred & ~labels & m),
-                jnp.sum(~pred & labels & m),
-            ]).astype(jnp.float32)
+            out[name] = jnp.stack(
+                [
+                    jnp.sum(pred & labels & m),
+                    jnp.sum(pred & ~labels & m),
+                    jnp.sum(~pred & labels & m),
+                ]
+            ).astype(jnp.float32)
         else:
             correct = (jnp.argmax(logits, -1) == labels) & mask
             out[name] = jnp.stack([jnp.sum(correct), jnp.sum(mask)]).astype(jnp.float32)
@@ -109,8 +120,15 @@ class Trainer:
         divided by this count, so gradients equal the single-device mean).
     """
 
-    def __init__(self, model, tx: optax.GradientTransformation, strategy: CommStrategy,
-                 mesh: Mesh, *, num_train: int):
+    def __init__(
+        self,
+        model,
+        tx: optax.GradientTransformation,
+        strategy: CommStrategy,
+        mesh: Mesh,
+        *,
+        num_train: int,
+    ):
         if num_train <= 0:
             raise ValueError("the graph has no training nodes (train_mask is all False)")
         self.model = model
@@ -132,8 +150,9 @@ class Trainer:
         return jax.tree.map(lambda a: jax.device_put(np.asarray(a), sharding), shards)
 
     def init_params(self, key: jax.Array, in_dim: int):
-        prop = Propagator(_dummy_shard(in_dim), Vanilla(), {}, axis_name=self.axis_name,
-                          num_parts=1)
+        prop = Propagator(
+            _dummy_shard(in_dim), Vanilla(), {}, axis_name=self.axis_name, num_parts=1
+        )
         x = jnp.zeros((1, in_dim), jnp.float32)
         return self.model.init({"params": key}, x, prop, train=False)["params"]
 
@@ -149,8 +168,13 @@ class Trainer:
         def init(key):
             param_key, rng = jax.random.split(key)
             params = self.init_params(param_key, in_dim)
-            return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                              opt_state=self.tx.init(params), comm_state=None, rng=rng)
+            return TrainState(
+                step=jnp.zeros((), jnp.int32),
+                params=params,
+                opt_state=self.tx.init(params),
+                comm_state=None,
+                rng=rng,
+            )
 
         shapes = jax.eval_shape(init, key)
         out_shardings = jax.tree.map(lambda _: replicated, shapes)
@@ -159,9 +183,11 @@ class Trainer:
 
     def state_specs(self, state: TrainState):
         return TrainState(
-            step=P(), params=jax.tree.map(lambda _: P(), state.params),
+            step=P(),
+            params=jax.tree.map(lambda _: P(), state.params),
             opt_state=jax.tree.map(lambda _: P(), state.opt_state),
-            comm_state=_shard_specs(state.comm_state, self.axis_name), rng=P(),
+            comm_state=_shard_specs(state.comm_state, self.axis_name),
+            rng=P(),
         )
 
     # ------------------------------------------------------------------ programs
@@ -174,21 +200,26 @@ class Trainer:
         def body(state: TrainState, shards: GraphShard):
             shard = _squeeze(shards)  # x: f32[Nl, F], edge_*: [Em]
             loss, grads, comm_state, nbytes = self._loss_and_grads(
-                state.params, _squeeze(state.comm_state), shard, step_key)
+                state.params, _squeeze(state.comm_state), shard, step_key
+            )
             # `params` enter replicated, so the gradient of this device's partial loss comes
             # back already summed over the mesh axis (shard_map's transpose of the implicit
             # broadcast is a psum): `grads` is the gradient of the global mean loss.
             updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
-            new_state = state.replace(step=state.step + 1, params=params,
-                                      opt_state=opt_state, comm_state=_unsqueeze(comm_state))
-            metrics = {"loss": jax.lax.psum(loss, axis),
-                       "bytes_moved": jax.lax.psum(nbytes, axis)}
+            new_state = state.replace(
+                step=state.step + 1,
+                params=params,
+                opt_state=opt_state,
+                comm_state=_unsqueeze(comm_state),
+            )
+            metrics = {"loss": jax.lax.psum(loss, axis), "bytes_moved": jax.lax.psum(nbytes, axis)}
             return new_state, metrics
 
         specs = self.state_specs(state)
         out_state, metrics = jax.shard_map(
-            body, mesh=self.mesh,
+            body,
+            mesh=self.mesh,
             in_specs=(specs, _shard_specs(shards, axis)),
             out_specs=(specs, {"loss": P(), "bytes_moved": P()}),
         )(state, shards)
@@ -201,10 +232,17 @@ class Trainer:
         dropout_key, comm_key = jax.random.split(dev_key)
 
         def loss_fn(params):
-            prop = Propagator(shard, self.strategy, comm_state, axis_name=axis,
-                              num_parts=self.num_parts, key=comm_key)
-            logits = self.model.apply({"params": params}, shard.x, prop, train=True,
-                                      rngs={"dropout": dropout_key})  # f32[Nl, C]
+            prop = Propagator(
+                shard,
+                self.strategy,
+                comm_state,
+                axis_name=axis,
+                num_parts=self.num_parts,
+                key=comm_key,
+            )
+            logits = self.model.apply(
+                {"params": params}, shard.x, prop, train=True, rngs={"dropout": dropout_key}
+            )  # f32[Nl, C]
             loss = masked_loss_sum(logits, shard.labels, shard.train_mask) / self.num_train
             return loss, (prop.comm_state, prop.bytes_moved)
 
@@ -219,15 +257,19 @@ class Trainer:
 
         def body(params, comm_state, shards):
             loss, grads, _, _ = self._loss_and_grads(
-                params, _squeeze(comm_state), _squeeze(shards), step_key)
+                params, _squeeze(comm_state), _squeeze(shards), step_key
+            )
             return jax.lax.psum(loss, axis), grads
 
         specs = self.state_specs(state)
-        return jax.jit(jax.shard_map(
-            body, mesh=self.mesh,
-            in_specs=(specs.params, specs.comm_state, _shard_specs(shards, axis)),
-            out_specs=(P(), specs.params),
-        ))(state.params, state.comm_state, shards)
+        return jax.jit(
+            jax.shard_map(
+                body,
+                mesh=self.mesh,
+                in_specs=(specs.params, specs.comm_state, _shard_specs(shards, axis)),
+                out_specs=(P(), specs.params),
+            )
+        )(state.params, state.comm_state, shards)
 
     def _eval_step(self, params, shards: GraphShard):
         """Full-precision, synchronous distributed forward; psum'd score counts per split."""
@@ -238,13 +280,17 @@ class Trainer:
             prop = Propagator(shard, Vanilla(), {}, axis_name=axis, num_parts=num_parts)
             logits = self.model.apply({"params": params}, shard.x, prop, train=False)
             loss = masked_loss_sum(logits, shard.labels, shard.val_mask)
-            counts = _eval_counts(logits, shard.labels, {
-                "train": shard.train_mask, "val": shard.val_mask, "test": shard.test_mask})
+            counts = _eval_counts(
+                logits,
+                shard.labels,
+                {"train": shard.train_mask, "val": shard.val_mask, "test": shard.test_mask},
+            )
             nval = jnp.sum(shard.val_mask).astype(jnp.float32)
             return jax.lax.psum((counts, loss, nval), axis)
 
         counts, loss, nval = jax.shard_map(
-            body, mesh=self.mesh,
+            body,
+            mesh=self.mesh,
             in_specs=(jax.tree.map(lambda _: P(), params), _shard_specs(shards, axis)),
             out_specs=P(),
         )(params, shards)
@@ -259,8 +305,11 @@ class Trainer:
             prop = Propagator(shard, Vanilla(), {}, axis_name=axis, num_parts=num_parts)
             return self.model.apply({"params": params}, shard.x, prop, train=False)[None]
 
-        return jax.jit(jax.shard_map(
-            body, mesh=self.mesh,
-            in_specs=(jax.tree.map(lambda _: P(), params), _shard_specs(shards, axis)),
-            out_specs=P(axis),
-        ))(params, shards)
+        return jax.jit(
+            jax.shard_map(
+                body,
+                mesh=self.mesh,
+                in_specs=(jax.tree.map(lambda _: P(), params), _shard_specs(shards, axis)),
+                out_specs=P(axis),
+            )
+        )(params, shards)

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from graph_cases import ALL_CASES, random_graph
 from jaxgraph.comm import ring_exchange, ring_exchange_bytes
 from jaxgraph.mesh import make_mesh
 from jaxgraph.partition import build_halo_plan, partition_graph
+
+from graph_cases import ALL_CASES, random_graph
 
 MESH_SIZES = (1, 2, 4, 8)
 
@@ -37,8 +38,9 @@ def _run(plan, x):
 
     def body(x, send_idx):
         # x: f32[1, Nl, F]; send_idx[r]: int32[1, S_r]
-        halo = ring_exchange(x[0], [s[0] for s in send_idx], axis_name=axis,
-                             num_parts=plan.num_parts)
+        halo = ring_exchange(
+            x[0], [s[0] for s in send_idx], axis_name=axis, num_parts=plan.num_parts
+        )
         return halo[None]  # f32[1, H, F]
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(axis), P(axis)), out_specs=P(axis)))
@@ -80,7 +82,7 @@ def test_exchange_transpose_is_scatter_add(num_parts):
         for r in range(1, p):
             src = (d - r) % p
             idx = plan.send_idx[r - 1][src]
-            np.add.at(expect[src], idx, g[d, offset:offset + len(idx)])
+            np.add.at(expect[src], idx, g[d, offset : offset + len(idx)])
             offset += len(idx)
     np.testing.assert_allclose(np.asarray(grad), expect, rtol=1e-6, atol=1e-6)
 

@@ -4,10 +4,11 @@ import functools
 
 import numpy as np
 import pytest
-from graph_cases import ALL_CASES, random_graph
 
 from jaxgraph.graph import Graph
 from jaxgraph.partition import BlockRowPlan, build_block_row_plan, partition_graph
+
+from graph_cases import ALL_CASES, random_graph
 
 PARTS = (1, 2, 4, 8)
 

@@ -4,7 +4,6 @@ import functools
 
 import numpy as np
 import pytest
-from graph_cases import ALL_CASES, random_graph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,8 @@ from jaxgraph.partition import (
     partition_graph,
     partition_report,
 )
+
+from graph_cases import ALL_CASES, random_graph
 
 PARTS = (1, 2, 4, 8)
 

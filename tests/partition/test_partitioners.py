@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
-from graph_cases import ALL_CASES, random_graph, two_cliques_bridge
 
 from jaxgraph.partition import METHODS, check_parts, partition_graph, partition_report
+
+from graph_cases import ALL_CASES, random_graph, two_cliques_bridge
 
 PARTS = (1, 2, 4, 8)
 

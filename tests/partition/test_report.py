@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
-from graph_cases import ALL_CASES, random_graph, two_cliques_bridge
 
 from jaxgraph.partition import build_halo_plan, partition_graph, partition_report
+
+from graph_cases import ALL_CASES, random_graph, two_cliques_bridge
 
 
 def _dense_reference(graph, parts, num_parts):

