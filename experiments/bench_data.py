@@ -1,16 +1,17 @@
-"""Benchmark of the synthetic graph generators (and, later, of graph partitioning).
+"""Benchmark of synthetic graph generation and graph partitioning.
 
-Generates a large DC-SBM and a large R-MAT graph (default 1M nodes, about 20M directed edges
-each, both undirected) and prints, for each, the wall-clock generation time, the peak memory
-allocated by NumPy during the call (``tracemalloc``) and the process's peak resident set size
-(``ru_maxrss``, cumulative over the run).
+1. Generates a large DC-SBM and a large R-MAT graph (default 1M nodes, about 20M directed edges
+   each, both undirected) and prints the wall-clock generation time, the peak memory allocated
+   by NumPy during the call (``tracemalloc``) and the process's peak resident set size
+   (``ru_maxrss``, cumulative over the run).
+2. Partitions the DC-SBM graph into ``--parts`` parts with METIS and, as the baseline, randomly,
+   printing time and memory, and builds the halo plan of the METIS partition.
+3. Partition quality on PubMed, METIS against random: edge cut, remote-neighbour ratio, halo
+   rows and the padded ring payload.
 
 Usage::
 
-    python experiments/bench_data.py --nodes 1000000 --edges 20000000
-
-The functions return plain dicts so that other parts (e.g. a METIS partition benchmark) can be
-appended and share :func:`measure` and :func:`main`.
+    python experiments/bench_data.py --nodes 1000000 --edges 20000000 --parts 8
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
+
+from jaxgraph.data import load_dataset
 from jaxgraph.data.synthetic import dc_sbm, rmat
 from jaxgraph.graph import Graph
+from jaxgraph.partition import build_halo_plan, partition_graph, partition_report
 
 GIB = float(1 << 30)
 
 
-def measure(fn: Callable[[], Graph]) -> tuple[Graph, dict]:
-    """Runs ``fn`` and returns its graph and ``{seconds, peak_alloc_gib, maxrss_gib}``."""
+def measure(fn: Callable[[], Any]) -> tuple[Any, dict]:
+    """Runs ``fn`` and returns its result and ``{seconds, peak_alloc_gib, maxrss_gib}``."""
     gc.collect()
     tracemalloc.start()
     tracemalloc.reset_peak()
@@ -89,27 +95,62 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--only", choices=("dc_sbm", "rmat"), action="append", help="run only these generators"
     )
+    p.add_argument("--parts", type=int, default=8, help="number of parts to partition into")
+    p.add_argument("--skip-partition", action="store_true", help="only time the generators")
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
     return p.parse_args(argv)
 
 
-def run_generation(args: argparse.Namespace) -> list[dict]:
-    """The synthetic-generation part of the benchmark."""
-    which = args.only or ["dc_sbm", "rmat"]
+def bench_partition(graph: Graph, parts: int, *, seed: int) -> list[dict]:
+    """METIS and random partitioning of ``graph`` (time, memory, quality) and the halo plan."""
     results = []
-    if "dc_sbm" in which:
-        results.append(bench_dc_sbm(args.nodes, args.edges, features=args.features, seed=args.seed))
-    if "rmat" in which:
-        results.append(
-            bench_rmat(args.nodes, args.edges, features=args.rmat_features, seed=args.seed)
+    for method in ("metis", "random"):
+        assignment, result = measure(
+            lambda method=method: partition_graph(graph, parts, method=method, seed=seed)
         )
+        rep = partition_report(graph, assignment, num_parts=parts)
+        results.append({
+            "partition": f"{graph.name} {method} P={parts}", **result,
+            **_quality(rep),
+        })
+        if method == "metis":
+            _, plan_result = measure(
+                lambda a=assignment: build_halo_plan(graph, a, num_parts=parts)
+            )
+            results.append({"partition": f"{graph.name} halo plan P={parts}", **plan_result})
     return results
+
+
+def _quality(rep) -> dict:
+    return {
+        "edge_cut": int(rep.edge_cut),
+        "cut_fraction": round(rep.edge_cut / max(rep.num_edges, 1), 4),
+        "balance": round(float(rep.balance), 3),
+        "remote_ratio_mean": round(float(np.mean(rep.remote_ratio)), 4),
+        "remote_ratio_max": round(float(np.max(rep.remote_ratio)), 4),
+        "halo_rows": int(rep.halo_rows),
+        "ring_padded_rows": int(rep.ring_padded_rows),
+    }
+
+
+def partition_quality(dataset: str, parts: int, *, seed: int) -> list[dict]:
+    """Quality of METIS against random partitioning on a bundled dataset."""
+    graph = load_dataset(dataset)
+    out = []
+    for method in ("metis", "random"):
+        rep = partition_report(
+            graph, partition_graph(graph, parts, method=method, seed=seed), num_parts=parts
+        )
+        out.append({"partition": f"{dataset} {method} P={parts}", **_quality(rep)})
+    return out
 
 
 def report(results: list[dict], as_json: bool) -> None:
     for r in results:
         if as_json:
             print(json.dumps(r))
+        elif "partition" in r:
+            print(f"{r.pop('partition'):>26}: " + "  ".join(f"{k}={v}" for k, v in r.items()))
         else:
             print(
                 f"{r['generator']:>7}: {r['seconds']:7.2f} s  peak alloc {r['peak_alloc_gib']:.2f}"
@@ -122,8 +163,29 @@ def report(results: list[dict], as_json: bool) -> None:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
-    results = run_generation(args)
-    report(results, args.json)
+    results = []
+    which = args.only or ["dc_sbm", "rmat"]
+    if "dc_sbm" in which:
+        graph, gen = measure(
+            lambda: dc_sbm(args.nodes, avg_degree=args.edges / args.nodes,
+                           num_features=args.features, seed=args.seed)
+        )
+        results.append({"generator": "dc_sbm", **gen, **graph_stats(graph)})
+        report(results[-1:], args.json)
+        if not args.skip_partition:
+            part = bench_partition(graph, args.parts, seed=args.seed)
+            report([dict(r) for r in part], args.json)
+            results += part
+        del graph
+    if "rmat" in which:
+        results.append(
+            bench_rmat(args.nodes, args.edges, features=args.rmat_features, seed=args.seed)
+        )
+        report(results[-1:], args.json)
+    if not args.skip_partition:
+        quality = partition_quality("pubmed", args.parts, seed=args.seed)
+        report([dict(r) for r in quality], args.json)
+        results += quality
     return results
 
 

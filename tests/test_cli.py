@@ -1,0 +1,57 @@
+"""The command line: end-to-end runs on tiny data and clear errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jaxgraph.cli import main
+from jaxgraph.train import TrainConfig, load_config
+
+CONFIGS = sorted((Path(__file__).parents[1] / "experiments" / "configs").glob("*.*"))
+
+
+def test_two_epoch_training_run(tmp_path, capsys):
+    rc = main(["train", "--dataset", "sbm", "--nodes", "400", "--model", "sage", "--parts", "4",
+               "--epochs", "2", "--hidden", "16", "--no-progress", "--workdir", str(tmp_path)])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["epochs"] == 2 and summary["parts"] == 4 and summary["model"] == "sage"
+    assert 0.0 <= summary["test_at_best"] <= 1.0
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
+
+
+def test_partition_report_and_heatmap(tmp_path, capsys):
+    png = tmp_path / "pairs.png"
+    assert main(["partition", "--dataset", "cora", "--parts", "4", "--heatmap", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "edge cut" in out.lower() and "4 parts" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--dataset", "nope", "--epochs", "1"], "unknown dataset 'nope'"),
+        (["train", "--dataset", "sbm", "--nodes", "300", "--parts", "16", "--epochs", "1"],
+         "xla_force_host_platform_device_count"),
+        (["train", "--config", "missing.toml"], "cannot read config file missing.toml"),
+    ],
+)
+def test_errors_exit_2_with_message(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_load(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, TrainConfig) and cfg != TrainConfig()
+
+
+def test_config_unknown_key(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": {"name": "gcn", "hiddn": 3}}')
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['hiddn'\] in config.model"):
+        load_config(bad)
