@@ -69,14 +69,6 @@ def graph_stats(graph: Graph) -> dict:
     }
 
 
-def bench_dc_sbm(nodes: int, edges: int, *, features: int, seed: int) -> dict:
-    """DC-SBM with ``avg_degree = edges / nodes`` (about ``edges`` directed edges)."""
-    graph, result = measure(
-        lambda: dc_sbm(nodes, avg_degree=edges / nodes, num_features=features, seed=seed)
-    )
-    return {"generator": "dc_sbm", **result, **graph_stats(graph)}
-
-
 def bench_rmat(nodes: int, edges: int, *, features: int, seed: int) -> dict:
     """Undirected R-MAT with ``edges / 2`` sampled edges (at most ``edges`` directed edges)."""
     graph, result = measure(
