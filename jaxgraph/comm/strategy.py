@@ -88,15 +88,31 @@ class CommStrategy(abc.ABC):
 
     name: str = "abstract"
 
-    def init_state(self, plan: HaloPlan, layer_dims: tuple[int, ...]) -> CommState:
-        """Host-side initial ``comm_state`` (leaves stacked with a leading ``P`` axis).
+    def init_state(
+        self, plan: HaloPlan, layer_dims: tuple[int, ...], *, epoch: int = 0
+    ) -> CommState:
+        """Host-side ``comm_state`` in force after ``epoch`` completed epochs (leaves stacked
+        with a leading ``P`` axis). ``epoch > 0`` gives the structure a checkpoint taken at
+        that epoch restores into.
 
         Args:
           plan: the halo plan of the run.
           layer_dims: the feature width of the rows exchanged at each layer.
+          epoch: number of completed epochs.
         """
-        del plan, layer_dims
+        del plan, layer_dims, epoch
         return {}
+
+    def update_state(
+        self, comm_state: CommState, *, epoch: int, plan: HaloPlan, layer_dims: tuple[int, ...]
+    ) -> CommState | None:
+        """Host-side decision before epoch ``epoch`` (1-indexed), outside the jitted step.
+
+        Returns a new host-side ``comm_state`` (e.g. a new bit assignment, whose new buffer
+        sizes re-jit the step) or ``None`` to keep the current one.
+        """
+        del comm_state, epoch, plan, layer_dims
+        return None
 
     @abc.abstractmethod
     def exchange(
@@ -134,9 +150,11 @@ class Vanilla(CommStrategy):
         return hash(type(self))
 
     def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
-        del layer, key
+        del key
         h_remote = ring_exchange(h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
-        # The backward pass sends the same volume back along the reversed ring.
+        # The backward pass sends the same volume back along the reversed ring, except at the
+        # first layer, whose input is data and is never differentiated.
         payload = sum(idx.shape[0] for idx in shard.send_idx) * h_local.shape[-1]
-        bytes_moved = jnp.float32(2 * payload * h_local.dtype.itemsize)
+        passes = 1 if layer == 0 else 2
+        bytes_moved = jnp.float32(passes * payload * h_local.dtype.itemsize)
         return h_remote, comm_state, bytes_moved

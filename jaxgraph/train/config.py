@@ -54,7 +54,10 @@ class TrainConfig:
     Attributes:
       parts: number of graph parts = mesh size.
       partition: ``metis``, ``random`` or ``contiguous``.
-      method: communication strategy (``vanilla``).
+      method: communication strategy (``vanilla``, ``quant-8``, ``quant-4``, ``quant-2``,
+        ``quant-32``, ``quant-random``).
+      assign_period: epochs per bit-assignment period of the quantized methods
+        (0 = ``epochs // 5``, as AdaQP).
       eval_every: evaluate every this many epochs (and at the last epoch).
       checkpoint_every: write a checkpoint every this many epochs (0 = never).
       workdir: where metrics (``metrics.jsonl``) and checkpoints go (``None`` = nowhere).
@@ -66,6 +69,7 @@ class TrainConfig:
     parts: int = 8
     partition: str = "metis"
     method: str = "vanilla"
+    assign_period: int = 0
     epochs: int = 200
     seed: int = 0
     eval_every: int = 1

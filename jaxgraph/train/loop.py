@@ -21,19 +21,39 @@ from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+from jaxgraph.train.checkpoint import (
+    latest_checkpoint,
+    read_header,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from jaxgraph.train.config import DataConfig, OptimConfig, TrainConfig
 from jaxgraph.train.state import Trainer, counts_to_score
 
-METHODS = ("vanilla",)
+METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random")
 SYNTHETIC = ("sbm", "rmat")
 
 
-def make_strategy(method: str) -> CommStrategy:
-    """The communication strategy named ``method`` (one of :data:`METHODS`)."""
+def make_strategy(method: str, *, period: int = 40, seed: int = 0) -> CommStrategy:
+    """The communication strategy named ``method`` (one of :data:`METHODS`).
+
+    ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
+    through the same path); ``quant-random`` draws a width from {2, 4, 8} per message every
+    ``period`` epochs.
+    """
     if method == "vanilla":
         return Vanilla()
+    if method.startswith("quant-") and method in METHODS:
+        from jaxgraph.comm.quantized import Quantized
+
+        bits = method.removeprefix("quant-")
+        return Quantized(bits if bits == "random" else int(bits), period=period, seed=seed)
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def assignment_period(config: TrainConfig) -> int:
+    """Epochs per bit-assignment period: ``assign_period``, or ``epochs // 5`` (AdaQP)."""
+    return config.assign_period or max(config.epochs // 5, 1)
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -87,7 +107,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     """
     if config.eval_every < 1:
         raise ValueError(f"eval_every must be at least 1, got {config.eval_every}")
-    make_strategy(config.method)  # fail fast on a bad method, before loading data
+    strategy = make_strategy(config.method, period=assignment_period(config), seed=config.seed)
     graph = load_graph(config.data) if graph is None else graph
     if config.parts > graph.num_nodes:
         raise ValueError(
@@ -95,7 +115,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         )
     mesh = make_mesh(config.parts)
     parts = partition_graph(graph, config.parts, method=config.partition, seed=config.seed)
-    plan = build_halo_plan(graph, parts)
+    plan = build_halo_plan(graph, parts, num_parts=config.parts)
 
     m = config.model
     model = make_model(
@@ -107,28 +127,40 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         layer_norm=m.layer_norm,
         heads=m.heads,
     )
-    strategy = make_strategy(config.method)
     trainer = Trainer(
         model, make_optimizer(config.optim), strategy, mesh, num_train=int(graph.train_mask.sum())
     )
     shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    comm_state = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
-    state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
+    layer_dims = model.layer_input_dims(graph.num_features)
 
     workdir = Path(config.workdir) if config.workdir else None
     ckpt_dir = workdir / "checkpoints" if workdir else None
+    path = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
     start_epoch, best = 0, _Best()
-    if ckpt_dir is not None and (path := latest_checkpoint(ckpt_dir)) is not None:
-        state, header = restore_checkpoint(path, state)
+    if path is not None:
+        header = read_header(path)
         _check_same_run(path, header["config"], config)
-        start_epoch, best = header["epoch"], _Best(**header["best"])
+        start_epoch = header["epoch"]
+    comm_state = strategy.init_state(plan, layer_dims, epoch=start_epoch)
+    state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
+    if path is not None:
+        state, header = restore_checkpoint(path, state)
+        best = _Best(**header["best"])
     metrics_path = workdir / "metrics.jsonl" if workdir else None
     if metrics_path is not None:
         workdir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(metrics_path, start_epoch)
 
     t0 = time.perf_counter()
-    train_step = trainer.train_step.lower(state, shards).compile()
+    compiled = {}  # one compiled step per comm_state signature (e.g. per bit assignment)
+
+    def step_for(state):
+        sig = _signature(state.comm_state)
+        if sig not in compiled:
+            compiled[sig] = trainer.train_step.lower(state, shards).compile()
+        return compiled[sig]
+
+    step_for(state)
     eval_step = trainer.eval_step.lower(state.params, shards).compile()
     compile_time = time.perf_counter() - t0
 
@@ -140,6 +172,12 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         unit="epoch",
     )
     for epoch in bar:
+        new_comm = strategy.update_state(
+            state.comm_state, epoch=epoch, plan=plan, layer_dims=layer_dims
+        )
+        if new_comm is not None:
+            state = state.replace(comm_state=trainer.place_comm_state(new_comm))
+        train_step = step_for(state)
         t = time.perf_counter()
         state, metrics = train_step(state, shards)
         metrics = jax.device_get(metrics)
@@ -188,12 +226,18 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "final_loss": last.get("loss", math.nan),
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
+        "compiled_steps": len(compiled),
         "bytes_per_epoch": last.get("bytes_moved", math.nan),
         "metric": "micro_f1" if graph.multi_label else "accuracy",
     }
     if workdir is not None:
         _atomic_write(workdir / "summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+def _signature(tree) -> tuple:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return (treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves))
 
 
 def _check_same_run(path: Path, saved: dict[str, Any], config: TrainConfig) -> None:

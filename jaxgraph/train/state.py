@@ -141,6 +141,7 @@ class Trainer:
         self.trace_count = 0
         self.train_step = jax.jit(self._train_step, donate_argnums=0)
         self.eval_step = jax.jit(self._eval_step)
+        self._loss_and_grads_jit = jax.jit(self._loss_and_grads_program)
 
     # ------------------------------------------------------------------ creation
 
@@ -148,6 +149,10 @@ class Trainer:
         """Host ``[P, ...]`` arrays -> device arrays sharded along the mesh axis."""
         sharding = NamedSharding(self.mesh, P(self.axis_name))
         return jax.tree.map(lambda a: jax.device_put(np.asarray(a), sharding), shards)
+
+    def place_comm_state(self, comm_state):
+        """Host ``comm_state`` (leaves ``[P, ...]``) -> device arrays sharded on the mesh axis."""
+        return self.place_shards(comm_state)
 
     def init_params(self, key: jax.Array, in_dim: int):
         prop = Propagator(
@@ -162,8 +167,7 @@ class Trainer:
         ``comm_state`` is the strategy's host-side state with leaves ``[P, ...]``.
         """
         replicated = NamedSharding(self.mesh, P())
-        sharded = NamedSharding(self.mesh, P(self.axis_name))
-        comm_state = jax.tree.map(lambda a: jax.device_put(np.asarray(a), sharded), comm_state)
+        comm_state = self.place_comm_state(comm_state)
 
         def init(key):
             param_key, rng = jax.random.split(key)
@@ -251,7 +255,10 @@ class Trainer:
 
     def loss_and_grads(self, state: TrainState, shards: GraphShard):
         """The global training loss and its parameter gradients, without an update (the
-        program a training step runs before the optimizer)."""
+        program a training step runs before the optimizer), for the key of ``state.rng``."""
+        return self._loss_and_grads_jit(state, shards)
+
+    def _loss_and_grads_program(self, state: TrainState, shards: GraphShard):
         axis = self.axis_name
         _, step_key = jax.random.split(state.rng)
 
@@ -262,13 +269,11 @@ class Trainer:
             return jax.lax.psum(loss, axis), grads
 
         specs = self.state_specs(state)
-        return jax.jit(
-            jax.shard_map(
-                body,
-                mesh=self.mesh,
-                in_specs=(specs.params, specs.comm_state, _shard_specs(shards, axis)),
-                out_specs=(P(), specs.params),
-            )
+        return jax.shard_map(
+            body,
+            mesh=self.mesh,
+            in_specs=(specs.params, specs.comm_state, _shard_specs(shards, axis)),
+            out_specs=(P(), specs.params),
         )(state.params, state.comm_state, shards)
 
     def _eval_step(self, params, shards: GraphShard):

@@ -9,11 +9,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxgraph.train import CheckpointError, DataConfig, ModelConfig, TrainConfig, train
-from jaxgraph.train.checkpoint import latest_checkpoint
+from jaxgraph.train.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
 
 from graph_cases import random_graph
 
@@ -99,10 +101,29 @@ def test_killed_process_resumes_exactly(tmp_path):
 
 def test_mismatched_checkpoint_is_rejected(tmp_path):
     train(_config(tmp_path, epochs=3), graph=GRAPH)
-    with pytest.raises(CheckpointError, match="does not match"):
+    with pytest.raises(ValueError, match=r"different run: settings \['model'\]"):
         train(_config(tmp_path, model=ModelConfig(name="sage", hidden=16)), graph=GRAPH)
+    # A state whose leaves differ from the file is refused, naming the leaves.
+    path = latest_checkpoint(tmp_path / "checkpoints")
+    with pytest.raises(CheckpointError, match="does not match this run's state"):
+        restore_checkpoint(path, {"params": jnp.zeros(3)})
     with pytest.raises(ValueError, match=r"different run: settings \['seed'\]"):
         train(_config(tmp_path, seed=5), graph=GRAPH)
+
+
+def test_checkpoint_round_trip_and_shape_check(tmp_path):
+    tree = {"a": jnp.arange(3.0), "b": (jnp.ones((2, 2), jnp.int32), jax.random.key(4))}
+    path = save_checkpoint(tmp_path, 7, tree, {"note": "x"})
+    restored, header = restore_checkpoint(path, tree)
+    assert header["epoch"] == 7 and header["note"] == "x"
+    for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(restored), strict=True):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not list(tmp_path.glob(".ckpt_*"))  # no temporary file left behind
+    bad = {"a": jnp.arange(4.0), "b": tree["b"]}
+    with pytest.raises(CheckpointError, match=r"leaf \['a'\] has shape \(3,\)"):
+        restore_checkpoint(path, bad)
 
 
 def test_corrupt_checkpoint_is_rejected(tmp_path):
