@@ -51,13 +51,54 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--weight-decay", type=float)
     tp.add_argument("--parts", type=int)
     tp.add_argument("--partition", choices=["metis", "random", "contiguous"])
-    tp.add_argument("--method")
+    tp.add_argument(
+        "--method",
+        help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), quant-random",
+    )
+    tp.add_argument(
+        "--assign-period", type=int, help="epochs per bit assignment (default epochs/5)"
+    )
     tp.add_argument("--epochs", type=int)
     tp.add_argument("--seed", type=int)
     tp.add_argument("--eval-every", type=int)
     tp.add_argument("--checkpoint-every", type=int)
     tp.add_argument("--workdir")
     tp.add_argument("--no-progress", action="store_true")
+
+    ep = sub.add_parser("embed", help="random-walk node embedding (FeLoG, DeepWalk, node2vec)")
+    ep.add_argument("--dataset", default="blogcatalog", help="bundled dataset, or 'sbm'")
+    ep.add_argument("--nodes", type=int, default=2000, help="size of the 'sbm' graph")
+    ep.add_argument("--method", default="felog", help="felog, deepwalk or node2vec")
+    ep.add_argument("--walker", help="walks of --method felog: deepwalk (default) or node2vec")
+    ep.add_argument("--dim", type=int, default=128)
+    ep.add_argument("--window", type=int, default=10)
+    ep.add_argument("--negatives", type=int, default=5)
+    ep.add_argument("--sample", type=float, default=1e-3)
+    ep.add_argument("--counts", default="corpus", help="corpus or degree")
+    ep.add_argument("--walk-length", type=int, default=80)
+    ep.add_argument("--walks-per-node", type=int, default=1, help="per round")
+    ep.add_argument("--rounds", type=int, default=10, help="max (felog) or fixed rounds")
+    ep.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
+    ep.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")
+    ep.add_argument("--mu", type=float, default=0.65)
+    ep.add_argument("--neighbors", type=int, default=30, help="k_s of the feedback")
+    ep.add_argument("--stop-ratio", type=float)
+    ep.add_argument("--reactivate", action="store_true")
+    ep.add_argument("--warmup-rounds", type=int, default=0)
+    ep.add_argument("--lr", type=float, default=0.025)
+    ep.add_argument("--lr-decay", type=float, default=0.1)
+    ep.add_argument("--lr-schedule", default="round", help="round or linear")
+    ep.add_argument("--batch-size", type=int, default=1024)
+    ep.add_argument("--sync-every", type=int, default=64)
+    ep.add_argument("--merge", default="mean", help="replica merge: mean or sum")
+    ep.add_argument("--parts", type=int, default=1)
+    ep.add_argument("--seed", type=int, default=0)
+    ep.add_argument("--task", default="auto", help="auto, lp, nc or none")
+    ep.add_argument("--train-ratios", default="0.1,0.5,0.9")
+    ep.add_argument("--shuffles", type=int, default=2)
+    ep.add_argument("--retrieval", action="store_true", help="also FAISS Hit/MRR/nDCG@K")
+    ep.add_argument("--out", help="directory for embedding.npy, rounds.jsonl, eval.json")
+    ep.add_argument("--quiet", action="store_true")
     return p
 
 
@@ -87,6 +128,7 @@ def _train_config(args):
             ("parts", args.parts),
             ("partition", args.partition),
             ("method", args.method),
+            ("assign_period", args.assign_period),
             ("epochs", args.epochs),
             ("seed", args.seed),
             ("eval_every", args.eval_every),
@@ -127,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.heatmap:
                 report.save_heatmap(args.heatmap)
                 print(f"\npair-volume heatmap written to {args.heatmap}")
+        elif args.command == "embed":
+            from jaxgraph.embed.run import run_cli
+
+            print(json.dumps(run_cli(args), indent=2))
         elif args.command == "train":
             from jaxgraph.train import train
 

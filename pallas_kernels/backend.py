@@ -1,0 +1,50 @@
+"""Kernel backend choice shared by every kernel wrapper in `pallas_kernels`."""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+
+
+class Backend(enum.Enum):
+    """Which implementation a kernel wrapper runs.
+
+    Attributes:
+      REFERENCE: the pure-`jnp` reference beside the kernel; XLA compiles it for any platform.
+        The default on CPU (and TPU), where Pallas GPU kernels can only be interpreted.
+      PALLAS: the Pallas kernel (Triton lowering on GPU). The default on GPU. On CPU it runs
+        only with ``interpret=True``, which is how the tests check it against the reference.
+    """
+
+    REFERENCE = "reference"
+    PALLAS = "pallas"
+
+
+def default_backend(platform: str | None = None) -> Backend:
+    """The platform default: `Backend.PALLAS` on GPU, `Backend.REFERENCE` elsewhere.
+
+    Args:
+      platform: a JAX platform name (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``);
+        ``None`` means `jax.default_backend()`.
+    """
+    platform = jax.default_backend() if platform is None else platform
+    return Backend.PALLAS if platform in ("gpu", "cuda", "rocm") else Backend.REFERENCE
+
+
+def resolve_backend(backend: Backend | None, *, interpret: bool) -> Backend:
+    """The backend a wrapper runs, validated against ``interpret``.
+
+    ``backend=None`` picks the platform default, except that ``interpret=True`` asks for the
+    Pallas kernel (interpreted), since it has no meaning for the reference.
+
+    Raises:
+      ValueError: ``backend`` is not a `Backend`, or ``interpret=True`` with the reference.
+    """
+    if backend is None:
+        return Backend.PALLAS if interpret else default_backend()
+    if not isinstance(backend, Backend):
+        raise ValueError(f"backend must be a pallas_kernels.Backend or None, got {backend!r}")
+    if interpret and backend is Backend.REFERENCE:
+        raise ValueError("interpret=True applies to the Pallas kernel, not to Backend.REFERENCE")
+    return backend
