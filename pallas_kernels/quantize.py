@@ -55,10 +55,11 @@ This equals ``floor(y + u)`` with ``y = t / 2^R`` and ``u = U / 2^R``, and ``E[q
 exactly, so the bias is at most ``2^-(R+1)`` steps (``2^-17`` at 2 bits, ``2^-24`` at 4 and 8
 bits), far below the fp32 rounding of ``y`` itself at 8 bits. On GPU the per-row ``L / (hi - lo)``
 uses IEEE division (``div.rn.f32``; Triton's default ``/`` is the approximate ``div.full.f32``),
-so the Pallas kernel produces the same codes as the reference for the same key, bit for bit. The
-receiver computes ``x̂ = q * (1 / scale) + lo`` with one reciprocal per row (XLA rewrites a division
-by a broadcast row vector into this form anyway); backends agree on ``x̂`` to 1 ulp (a GPU fuses
-the multiply-add).
+so the Pallas kernel produces the same codes as the reference for the same key, bit for bit (on
+one platform: XLA on CPU flushes denormals to zero, so rows whose spread is denormal can quantize
+differently on another platform). The receiver computes ``x̂ = q * (1 / scale) + lo`` with one
+reciprocal per row (XLA rewrites a division by a broadcast row vector into this form anyway);
+backends agree on ``x̂`` to 1 ulp (a GPU fuses the multiply-add).
 
 **Parameter precision.** ``scale`` and ``lo`` travel in fp32 by default. ``param_dtype=bfloat16``
 halves their bytes. AdaQP computes the codes with fp32 parameters and then sends them as bf16,
@@ -363,6 +364,17 @@ def _check_uniforms(uniforms, x):
         )
 
 
+def _check_quantize_args(x, bits, key, uniforms, param_dtype) -> tuple[int, np.dtype]:
+    bits = _check_bits(bits)
+    param_dtype = _check_param_dtype(param_dtype)
+    _check_x(x)
+    if (key is None) == (uniforms is None):
+        raise ValueError("pass exactly one of key and uniforms")
+    if uniforms is not None:
+        _check_uniforms(uniforms, x)
+    return bits, param_dtype
+
+
 def _seed_words(key):
     """Two uint32 seed words from a single PRNG key (typed, or raw ``uint32[2]``).
 
@@ -530,13 +542,7 @@ def quantize_reference(
 
     Same contract as `quantize` (exactly one of ``key`` and ``uniforms``).
     """
-    bits = _check_bits(bits)
-    param_dtype = _check_param_dtype(param_dtype)
-    _check_x(x)
-    if (key is None) == (uniforms is None):
-        raise ValueError("pass exactly one of key and uniforms")
-    if uniforms is not None:
-        _check_uniforms(uniforms, x)
+    bits, param_dtype = _check_quantize_args(x, bits, key, uniforms, param_dtype)
     seed = None if key is None else _seed_words(key)
     n, d = x.shape
     if n == 0:
@@ -657,9 +663,8 @@ def _quantize_kernel(*refs, bits, num_rows, num_cols, bf16_params, ieee_asm, exp
     codes, scale, lo = _quantize_rows(
         x, uints, bits, bf16_params, ieee_asm, valid_cols=col_ok[None, :]
     )
-    packed_ok = pid * (rows // k) + lax.broadcasted_iota(jnp.int32, (rows // k,), 0) < -(
-        -num_rows // k
-    )
+    num_groups = -(-num_rows // k)
+    packed_ok = pid * (rows // k) + lax.broadcasted_iota(jnp.int32, (rows // k,), 0) < num_groups
     plgpu.store(packed_ref, _pack_block(codes, bits), mask=packed_ok[:, None] & col_ok[None, :])
     plgpu.store(scale_ref, scale.astype(scale_ref.dtype), mask=row_ok)
     plgpu.store(lo_ref, lo.astype(lo_ref.dtype), mask=row_ok)
@@ -681,13 +686,7 @@ def quantize_pallas(
     ``interpret=True`` runs it on CPU (slow; for tests). With ``uniforms`` the kernel reads the
     uniforms instead of hashing the key (tests drive edge cases through this path).
     """
-    bits = _check_bits(bits)
-    param_dtype = _check_param_dtype(param_dtype)
-    _check_x(x)
-    if (key is None) == (uniforms is None):
-        raise ValueError("pass exactly one of key and uniforms")
-    if uniforms is not None:
-        _check_uniforms(uniforms, x)
+    bits, param_dtype = _check_quantize_args(x, bits, key, uniforms, param_dtype)
     n, d = x.shape
     if d > _MAX_QUANTIZE_COLS:
         raise ValueError(
