@@ -239,6 +239,22 @@ def test_random_assignment_is_redrawn_each_period():
     assert Quantized(8).update_state(None, epoch=4, plan=plan, layer_dims=dims) is None
 
 
+def test_state_after_epochs_matches_replayed_updates():
+    """``init_state(epoch=E)`` (what a checkpoint after epoch E restores into) equals the state
+    reached by running the host updates of epochs 1..E from the start."""
+    plan = _plan(4)
+    strategy = Quantized("random", period=2, seed=3)
+    dims = (8, 8)
+    state = strategy.init_state(plan, dims)
+    for epoch in range(1, 8):
+        new = strategy.update_state(state, epoch=epoch, plan=plan, layer_dims=dims)
+        state = state if new is None else new
+        expect = strategy.init_state(plan, dims, epoch=epoch)
+        assert jax.tree.structure(state) == jax.tree.structure(expect)
+        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(expect), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_invalid_widths():
     with pytest.raises(ValueError, match="bit-width must be one of"):
         Quantized(3)

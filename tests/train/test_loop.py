@@ -148,11 +148,12 @@ def test_bad_inputs_have_clear_errors(tmp_path):
         train(_config(tmp_path, parts=16), graph=GRAPH)
 
 
+@pytest.mark.slow
 def test_quantized_random_run_resumes_across_assignment_periods(tmp_path):
     """Random bit-widths are re-drawn every period (re-jitting for new bucket sizes); a run
     resumed in the middle restores the assignment in force and reproduces the metrics."""
     full, cut = tmp_path / "full", tmp_path / "cut"
-    kw = dict(method="quant-random", assign_period=2, checkpoint_every=2)
+    kw = dict(method="quant-random", assign_period=2, checkpoint_every=2, parts=2)
     summary = train(_config(full, epochs=5, **kw), graph=GRAPH)
     records = _metrics(full)
     assert summary["compiled_steps"] >= 2

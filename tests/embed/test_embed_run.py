@@ -1,0 +1,108 @@
+"""End to end: the ``jaxgraph embed`` command on tiny data, and embedding quality on a planted
+partition."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxgraph.cli import main
+from jaxgraph.data import dc_sbm
+from jaxgraph.embed import evaluate as ev
+from jaxgraph.embed.run import EmbedConfig, embed
+from jaxgraph.embed.skipgram import SkipGramConfig
+from jaxgraph.embed.walks import WalkConfig
+from jaxgraph.mesh import make_mesh
+
+# 300 nodes and the trainer shapes of test_skipgram.py, to reuse its compilations.
+SMALL = [
+    "--nodes",
+    "300",
+    "--dim",
+    "8",
+    "--window",
+    "3",
+    "--negatives",
+    "2",
+    "--batch-size",
+    "16",
+    "--sync-every",
+    "4",
+    "--walk-length",
+    "10",
+    "--quiet",
+]
+
+
+def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "embed",
+        "--dataset",
+        "sbm",
+        "--method",
+        "felog",
+        "--rounds",
+        "3",
+        "--parts",
+        "2",
+        "--train-ratios",
+        "0.5",
+        "--shuffles",
+        "1",
+        "--retrieval",
+        "--out",
+        str(out),
+        *SMALL,
+    ]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["method"] == "felog" and 1 <= summary["rounds"] <= 3
+    assert summary["evaluation"]["task"] == "nc"
+    assert 0 <= summary["evaluation"]["node_classification"]["0.5"]["micro"]["mean"] <= 1
+    assert "hit@10" in summary["evaluation"]["retrieval"]
+    emb = np.load(out / "embedding.npy")
+    assert emb.shape == (300, 8) and emb.dtype == np.float32
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == list(range(summary["rounds"]))
+    saved = json.loads((out / "eval.json").read_text())
+    assert saved["config"]["method"] == "felog" and saved["tokens"] == summary["tokens"]
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary file
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--method", "line"], "unknown method 'line'"),
+        (["--dim", "0"], "dim must be positive"),
+        (["--task", "nc", "--dataset", "ca-astroph"], "needs node labels"),
+        (["--dataset", "nope"], "unknown dataset 'nope'"),
+    ],
+)
+def test_cli_errors_exit_2_with_message(extra, message, capsys):
+    assert main(["embed", "--dataset", "sbm", *SMALL, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_planted_partition_quality():
+    """Six planted blocks (homophily 0.95): blocks separate in cosine, node classification is
+    far above chance (1/6) and held-out edges beat non-edges (AUC)."""
+    g = dc_sbm(300, 6, 12.0, num_features=0, homophily=0.95, degree_exponent=None, seed=4)
+    cfg = EmbedConfig(
+        "deepwalk",
+        WalkConfig(walk_length=20, walks_per_node=4),
+        SkipGramConfig(dim=16, window=3, negatives=2, batch_size=256, sync_every=16),
+        rounds=2,
+    )
+    res = embed(g, cfg, make_mesh(1))
+    unit = ev.l2_normalize(res.syn0)
+    cos = unit @ unit.T
+    same = g.labels[:, None] == g.labels[None, :]
+    off = ~np.eye(300, dtype=bool)
+    assert cos[same & off].mean() > cos[~same].mean() + 0.3
+    acc = ev.node_classification(res.syn0, g.labels, train_ratios=(0.5,), shuffles=1)
+    assert acc[0.5]["micro"]["mean"] > 0.9
+    split = ev.link_prediction_split(g, 0.5, seed=0)
+    lp = embed(split.train_graph, cfg, make_mesh(1))
+    assert ev.link_prediction_auc(split, lp.syn0, "dot") > 0.8
+    assert ev.link_prediction_auc(split, lp.syn0, "cosine") > 0.85

@@ -1,0 +1,196 @@
+"""The SGNS update against word2vec's closed form, and the data-parallel trainer against its
+single-device oracle on several mesh sizes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxgraph.embed.corpus import alias_table, negative_weights
+from jaxgraph.embed.skipgram import (
+    AllSync,
+    SkipGramConfig,
+    SkipGramTrainer,
+    Tables,
+    init_tables,
+    sample_negatives,
+    sgns_update,
+    sgns_update_reference,
+    sync_program,
+    train_program,
+)
+from jaxgraph.embed.walks import WalkConfig, random_walks
+from jaxgraph.mesh import make_mesh
+
+from graph_cases import power_law
+
+TOL = 1e-5  # fp32 arithmetic policy
+# Shapes shared by the oracle and trainer tests, so each mesh size compiles one program.
+N, DIM, BATCH, NEG, BUFFER = 300, 8, 16, 2, 4
+update = jax.jit(sgns_update)
+negatives_of = jax.jit(sample_negatives, static_argnums=3)
+MESH_SIZES = (1, 2, 4, 8)
+AXIS = "parts"
+
+
+def _tables(rng, n, d, scale=0.3):
+    syn0 = rng.uniform(-scale, scale, (n, d)).astype(np.float32)
+    syn1 = rng.uniform(-scale, scale, (n, d)).astype(np.float32)
+    return syn0, syn1
+
+
+def test_update_equals_word2vec_closed_form():
+    rng = np.random.default_rng(0)
+    n, d, b, k = 12, 8, 40, 3
+    syn0, syn1 = _tables(rng, n, d)
+    ins = rng.integers(0, n, b).astype(np.int32)  # duplicates on purpose (12 rows, 40 pairs)
+    outs = rng.integers(0, n, b).astype(np.int32)
+    neg = rng.integers(0, n, (b, k)).astype(np.int32)
+    neg[:5, 0] = outs[:5]  # a negative equal to the positive is skipped
+    weight = (rng.random(b) > 0.2).astype(np.float32)  # padding pairs change nothing
+    new0, new1, loss = update(syn0, syn1, ins, outs, neg, weight, 0.05)
+    ref0, ref1 = sgns_update_reference(syn0, syn1, ins, outs, neg, weight, 0.05)
+    np.testing.assert_allclose(new0, ref0, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(new1, ref1, atol=1e-6, rtol=0)
+    f = np.einsum("bd,bkd->bk", syn0[ins], syn1[np.concatenate([outs[:, None], neg], 1)])
+    live = np.concatenate([np.ones((b, 1), bool), neg != outs[:, None]], 1) * weight[:, None]
+    ref_loss = -np.sum(live * np.log(1 / (1 + np.exp(-np.where(np.arange(k + 1) == 0, f, -f)))))
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+
+
+def test_duplicate_pairs_sum_their_updates():
+    """A pair present k times in a batch moves its rows k times as far as once (the scaling
+    the module docstring documents: sum, not mean)."""
+    rng = np.random.default_rng(1)
+    syn0, syn1 = _tables(rng, 6, 4)
+    one = (np.array([2], np.int32), np.array([3], np.int32), np.array([[4, 5]], np.int32))
+    k = 5
+    many = tuple(np.repeat(a, k, axis=0) for a in one)
+    a0, a1, _ = update(syn0, syn1, *one, np.ones(1, np.float32), 0.1)
+    b0, b1, _ = update(syn0, syn1, *many, np.ones(k, np.float32), 0.1)
+    np.testing.assert_allclose(np.asarray(b0) - syn0, k * (np.asarray(a0) - syn0), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(b1) - syn1, k * (np.asarray(a1) - syn1), atol=1e-6)
+
+
+def test_initialisation():
+    d = 64
+    t = init_tables(jax.random.key(0), 500, d)
+    syn0 = np.asarray(t.syn0)
+    assert np.abs(syn0).max() <= 0.5 / d and abs(syn0.mean()) < 1e-4
+    assert syn0.std() == pytest.approx((1 / d) / np.sqrt(12), rel=0.02)
+    assert not np.asarray(t.syn1).any()
+
+
+def test_negatives_follow_count_power_075():
+    counts = np.array([0, 1, 3, 10, 40, 200, 7, 0, 1000], np.float64)
+    probs = negative_weights(counts)
+    accept, alias = alias_table(probs)
+    draws = negatives_of(jax.random.key(3), jnp.asarray(accept), jnp.asarray(alias), (1_000_000,))
+    freq = np.bincount(np.asarray(draws), minlength=counts.size)
+    assert freq[0] == 0 and freq[7] == 0
+    nz = probs > 0
+    assert stats.chisquare(freq[nz], probs[nz] * freq.sum()).pvalue > 1e-3
+
+
+def _negatives(key, step, device, accept, alias, batch):
+    k = jax.random.fold_in(jax.random.fold_in(key, step), device)
+    return negatives_of(k, accept, alias, (batch, NEG))
+
+
+@pytest.mark.parametrize("merge", ["mean", "sum"])
+@pytest.mark.parametrize("num_parts", MESH_SIZES)
+def test_data_parallel_equals_single_device_oracle(num_parts, merge):
+    """Merged after every step: mean = union batch at lr / P, sum = union batch at lr.
+    Merged every 2 steps: equals an explicit simulation of the P replicas."""
+    rng = np.random.default_rng(num_parts)
+    steps, lr = 4, 0.2
+    mesh = make_mesh(num_parts, AXIS)
+    train = train_program(mesh, AXIS, NEG)
+    sync = sync_program(mesh, AXIS, AllSync(merge))
+    syn0, syn1 = _tables(rng, N, DIM, 0.5)
+    ins = rng.integers(0, 20, (num_parts, steps, BATCH)).astype(np.int32)  # many duplicates
+    outs = rng.integers(0, 20, (num_parts, steps, BATCH)).astype(np.int32)
+    w = (rng.random((num_parts, steps, BATCH)) > 0.1).astype(np.float32)
+    counts = np.zeros(N)
+    counts[:20] = np.arange(20) + 1.0
+    accept, alias = (jnp.asarray(a) for a in alias_table(negative_weights(counts)))
+    key = jax.random.key(5)
+
+    for period in (1, 2):
+        stacked = Tables(*(np.broadcast_to(t, (num_parts, N, DIM)).copy() for t in (syn0, syn1)))
+        tables = jax.device_put(stacked)
+        anchor = jax.device_put(Tables(*(a.copy() for a in stacked))) if merge == "sum" else None
+        for s in range(0, steps, period):
+            # Buffers of BUFFER steps, of which the first `period` are run.
+            chunk = [np.zeros((num_parts, BUFFER, BATCH), a.dtype) for a in (ins, outs, w)]
+            for c, a in zip(chunk, (ins, outs, w), strict=True):
+                c[:, :period] = a[:, s : s + period]
+            lrs = jnp.full(BUFFER, lr, jnp.float32)
+            tables, _ = train(
+                tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, accept, alias
+            )
+            tables, anchor = sync(tables, anchor)
+        got = [np.asarray(t) for t in tables]
+        for t in got:  # every replica identical after a merge
+            np.testing.assert_array_equal(t, np.broadcast_to(t[:1], t.shape))
+
+        ref = (jnp.asarray(syn0), jnp.asarray(syn1))
+        if period == 1:  # the single-device oracle on the union batch
+            scale = lr / num_parts if merge == "mean" else lr
+            for s in range(steps):
+                neg = jnp.concatenate(
+                    [_negatives(key, s, d, accept, alias, BATCH) for d in range(num_parts)]
+                )
+                flat = [a[:, s].reshape(-1) for a in (ins, outs, w)]
+                ref = update(*ref, flat[0], flat[1], neg, flat[2], scale)[:2]
+        else:  # P replicas, merged every `period` steps
+            for s in range(0, steps, period):
+                reps = []
+                for dev in range(num_parts):
+                    r = ref
+                    for t in range(s, s + period):
+                        neg = _negatives(key, t, dev, accept, alias, BATCH)
+                        r = update(*r, ins[dev, t], outs[dev, t], neg, w[dev, t], lr)[:2]
+                    reps.append(r)
+                if merge == "mean":
+                    ref = tuple(jnp.mean(jnp.stack([r[i] for r in reps]), 0) for i in range(2))
+                else:
+                    ref = tuple(ref[i] + sum(r[i] - ref[i] for r in reps) for i in range(2))
+        for t, r in zip(got, ref, strict=True):
+            np.testing.assert_allclose(t[0], np.asarray(r), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("num_parts", [1, 4])
+def test_trainer_round_is_reproducible_and_replicas_agree(num_parts):
+    g = power_law()
+    walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
+    assert g.num_nodes == N
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=BUFFER)
+    mesh = make_mesh(num_parts, AXIS)
+    runs = []
+    for _ in range(2):
+        tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3)
+        st = tr.train_round(walks, 0)
+        reps = tr.replicas()
+        for t in reps:
+            np.testing.assert_array_equal(np.asarray(t), np.broadcast_to(t[:1], t.shape))
+        runs.append(tr.embeddings())
+        assert st.pairs > 0 and np.isfinite(st.loss) and st.lr == cfg.lr
+        assert st.steps >= st.pairs / (cfg.batch_size * num_parts)
+        assert st.syncs == 1 + (st.steps - 1) // cfg.sync_every
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert np.abs(runs[0][1]).sum() > 0  # syn1 moved away from zero
+
+
+def test_trainer_errors():
+    mesh = make_mesh(1, AXIS)
+    with pytest.raises(ValueError, match="dim must be positive"):
+        SkipGramConfig(dim=0)
+    with pytest.raises(ValueError, match="counts must be one of"):
+        SkipGramConfig(counts="pagerank")
+    with pytest.raises(ValueError, match="counts='degree' needs degrees"):
+        SkipGramTrainer(10, SkipGramConfig(counts="degree"), mesh)
+    with pytest.raises(ValueError, match="merge must be 'mean' or 'sum'"):
+        AllSync("max")

@@ -1,0 +1,121 @@
+"""Random walks: valid paths, padding, dead ends, reproducibility, transition probabilities."""
+
+import numba
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxgraph.embed.walks import PAD, WalkConfig, Walks, out_csr, random_walks
+from jaxgraph.graph import Graph
+
+from graph_cases import ALL_CASES, directed, power_law
+
+
+def _edge_set(graph: Graph) -> set[tuple[int, int]]:
+    src, dst = graph.edges()
+    return set(zip(src.tolist(), dst.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("kind", ["deepwalk", "node2vec"])
+@pytest.mark.parametrize("case", ["isolated_nodes", "self_loops", "directed", "power_law"])
+def test_walks_are_paths_of_out_edges_padded_after_their_length(case, kind):
+    g = ALL_CASES[case]()
+    cfg = WalkConfig(kind=kind, walk_length=12, walks_per_node=3, p=0.5, q=2.0)
+    starts = np.arange(g.num_nodes)
+    w = random_walks(g, starts, cfg, seed=1)
+    assert w.nodes.shape == (3 * g.num_nodes, 12) and w.nodes.dtype == np.int32
+    np.testing.assert_array_equal(w.nodes[:, 0], np.tile(starts, 3))
+    edges = _edge_set(g)
+    out_deg = g.out_degree()
+    for row, n in zip(w.nodes, w.lengths, strict=True):
+        assert 1 <= n <= 12
+        assert np.all(row[n:] == PAD)
+        for u, v in zip(row[: n - 1], row[1:n], strict=True):
+            assert (int(u), int(v)) in edges
+        if n < 12:  # only a dead end stops a walk early
+            assert out_deg[row[n - 1]] == 0
+
+
+def test_dead_end_and_isolated_start():
+    # 0 -> 1 -> 2, node 2 has no out-edge, node 3 is isolated.
+    g = Graph.from_edges([0, 1], [1, 2], num_nodes=4, symmetrize=False)
+    w = random_walks(g, [0, 3], WalkConfig(walk_length=6), seed=0)
+    np.testing.assert_array_equal(w.lengths, [3, 1])
+    np.testing.assert_array_equal(w.nodes[0], [0, 1, 2, PAD, PAD, PAD])
+    assert w.to_lists() == [[0, 1, 2], [3]]
+
+
+def test_no_node_is_a_sentinel():
+    """The public FeLoG trainer cuts walks at the highest-degree node; nothing here does."""
+    g = power_law()
+    hub = int(np.argmax(g.out_degree()))
+    w = random_walks(
+        g, np.arange(g.num_nodes), WalkConfig(walk_length=30, walks_per_node=2), seed=0
+    )
+    visits = [np.flatnonzero(row[:n] == hub) for row, n in zip(w.nodes, w.lengths, strict=True)]
+    through = [i for i, v in enumerate(visits) if v.size and v[0] < w.lengths[i] - 1]
+    assert through, "some walk must continue after visiting the hub"
+    # Undirected: only isolated starts end early, after their first node.
+    isolated = g.out_degree()[w.nodes[:, 0]] == 0
+    assert np.all(w.lengths[~isolated] == 30) and np.all(w.lengths[isolated] == 1)
+
+
+@pytest.mark.parametrize("kind", ["deepwalk", "node2vec"])
+def test_reproducible_and_thread_count_independent(kind):
+    g = power_law()
+    cfg = WalkConfig(kind=kind, walk_length=20, walks_per_node=2, p=0.25, q=4.0)
+    starts = np.arange(g.num_nodes)
+    a = random_walks(g, starts, cfg, seed=7, round_index=3)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        b = random_walks(out_csr(g), starts, cfg, seed=7, round_index=3)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(a.nodes, b.nodes)
+    c = random_walks(g, starts, cfg, seed=7, round_index=4)
+    d = random_walks(g, starts, cfg, seed=8, round_index=3)
+    assert not np.array_equal(a.nodes, c.nodes) and not np.array_equal(a.nodes, d.nodes)
+
+
+def test_deepwalk_step_is_uniform_over_neighbours():
+    g = power_law()
+    v = int(np.argmax(g.out_degree()))
+    w = random_walks(g, np.full(4000, v), WalkConfig(walk_length=2, walks_per_node=5), seed=0)
+    nbrs = out_csr(g)[1][out_csr(g)[0][v] : out_csr(g)[0][v + 1]]
+    counts = np.array([np.sum(w.nodes[:, 1] == u) for u in nbrs])
+    assert counts.sum() == w.num_walks
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+
+@pytest.mark.parametrize(("p", "q"), [(0.25, 4.0), (4.0, 0.25), (1.0, 1.0)])
+def test_node2vec_second_order_transition_matches_the_formula(p, q):
+    # t = 0, v = 1; v's neighbours are t (return: 1/p), 2 (also t's neighbour: 1) and 3, 4
+    # (two hops from t: 1/q). Walks start at t; those whose first step is v are checked.
+    edges = [(0, 1), (1, 2), (1, 3), (1, 4), (0, 2)]
+    src, dst = zip(*edges, strict=True)
+    g = Graph.from_edges(src, dst, num_nodes=5, symmetrize=True)
+    w = random_walks(g, np.zeros(20000, np.int32), WalkConfig("node2vec", 3, 1, p, q), seed=2)
+    via_v = w.nodes[:, 1] == 1
+    third = w.nodes[via_v, 2]
+    weights = {0: 1 / p, 2: 1.0, 3: 1 / q, 4: 1 / q}
+    expected = np.array(list(weights.values())) / sum(weights.values())
+    counts = np.array([np.sum(third == x) for x in weights])
+    assert counts.sum() == third.size
+    assert stats.chisquare(counts, expected * third.size).pvalue > 1e-3
+
+
+def test_empty_start_set_and_errors():
+    g = directed()
+    w = random_walks(g, np.zeros(0, np.int64), WalkConfig(walk_length=5), seed=0)
+    assert isinstance(w, Walks) and w.nodes.shape == (0, 5) and w.num_tokens == 0
+    with pytest.raises(ValueError, match=r"starts\[1\] = 80 is not a node id in \[0, 80\)"):
+        random_walks(g, [0, 80], WalkConfig(), seed=0)
+    with pytest.raises(ValueError, match="seed must be non-negative"):
+        random_walks(g, [0], WalkConfig(), seed=-1)
+    with pytest.raises(ValueError, match="unknown walk kind 'levy'"):
+        WalkConfig(kind="levy")
+    with pytest.raises(ValueError, match="walk_length must be >= 1"):
+        WalkConfig(walk_length=0)
+    with pytest.raises(ValueError, match="p and q must be positive"):
+        WalkConfig(kind="node2vec", q=0.0)
