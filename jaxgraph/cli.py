@@ -85,6 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--stop-ratio", type=float)
     ep.add_argument("--reactivate", action="store_true")
     ep.add_argument("--warmup-rounds", type=int, default=0)
+    ep.add_argument("--center", action="store_true", help="feedback on mean-centred vectors")
     ep.add_argument("--lr", type=float, default=0.025)
     ep.add_argument("--lr-decay", type=float, default=0.1)
     ep.add_argument("--lr-schedule", default="round", help="round or linear")

@@ -1,6 +1,8 @@
 """The SGNS update against word2vec's closed form, and the data-parallel trainer against its
 single-device oracle on several mesh sizes."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -194,3 +196,25 @@ def test_trainer_errors():
         SkipGramTrainer(10, SkipGramConfig(counts="degree"), mesh)
     with pytest.raises(ValueError, match="merge must be 'mean' or 'sum'"):
         AllSync("max")
+
+
+def test_degree_counts_and_linear_schedule_options():
+    g = power_law()
+    walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
+    mesh = make_mesh(1, AXIS)
+    base = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=BUFFER)
+    out = {}
+    for name, cfg in {
+        "default": base,
+        "degree": dataclasses.replace(base, counts="degree"),
+        "linear": dataclasses.replace(base, lr_schedule="linear"),
+    }.items():
+        tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3, degrees=g.out_degree())
+        st = tr.train_round(walks, 2)
+        assert st.lr == pytest.approx(cfg.lr * np.exp(-0.2)) and np.isfinite(st.loss)
+        out[name] = tr.embeddings()[0]
+    # Degree counts change the negatives and the sub-sampling; the linear schedule takes
+    # smaller steps, so the tables move less from their common initialisation.
+    assert not np.array_equal(out["default"], out["degree"])
+    init = np.asarray(init_tables(jax.random.key(3), g.num_nodes, DIM).syn0)
+    assert np.abs(out["linear"] - init).sum() < np.abs(out["default"] - init).sum()

@@ -1,0 +1,42 @@
+"""Random-walk graph embedding with a feedback-coupled active set (FeLoG, DeepWalk, node2vec).
+
+* :mod:`jaxgraph.embed.walks`: DeepWalk and node2vec walks on the host (numba).
+* :mod:`jaxgraph.embed.corpus`: counts, sub-sampling, negative tables and skip-gram pairs.
+* :mod:`jaxgraph.embed.skipgram`: the SGNS update and the data-parallel trainer (JAX).
+* :mod:`jaxgraph.embed.feedback`: neighbourhood consistency and the active-set rule (FeeST).
+* :mod:`jaxgraph.embed.run`: the round loop (:func:`embed`) and the ``jaxgraph embed`` command.
+* :mod:`jaxgraph.embed.evaluate`: link prediction, node classification and retrieval metrics.
+"""
+
+from jaxgraph.embed.feedback import FeedbackConfig, neighbour_consistency, update_active_set
+from jaxgraph.embed.run import EmbedConfig, EmbedResult, RoundLog, cpu_config, embed
+from jaxgraph.embed.skipgram import (
+    AllSync,
+    SkipGramConfig,
+    SkipGramTrainer,
+    Tables,
+    TableSync,
+    sgns_update,
+)
+from jaxgraph.embed.walks import WalkConfig, Walks, out_csr, random_walks
+
+__all__ = [
+    "AllSync",
+    "EmbedConfig",
+    "EmbedResult",
+    "FeedbackConfig",
+    "RoundLog",
+    "SkipGramConfig",
+    "SkipGramTrainer",
+    "TableSync",
+    "Tables",
+    "WalkConfig",
+    "Walks",
+    "cpu_config",
+    "embed",
+    "neighbour_consistency",
+    "out_csr",
+    "random_walks",
+    "sgns_update",
+    "update_active_set",
+]

@@ -1,0 +1,180 @@
+"""Host planning of skip-gram training data: counts, sub-sampling, negative tables, pairs.
+
+The device trainer (:mod:`jaxgraph.embed.skipgram`) consumes flat ``(input, output)`` pairs cut
+into static ``[steps, batch]`` blocks with a weight mask; this module produces them from walks,
+following word2vec (Mikolov et al. 2013) exactly:
+
+* **Sub-sampling**: a token of node ``v`` is kept with probability
+  ``p(v) = min(1, (sqrt(c_v / (s T)) + 1) * s T / c_v)`` (``c_v`` its count, ``T`` the total,
+  ``s`` = ``sample``; ``s <= 0`` keeps everything). Discarded tokens are removed from the walk
+  before windowing, so a window spans over them, as in word2vec.
+* **Window**: for every kept centre position a shrink ``b`` is drawn uniformly from
+  ``{0..w-1}``; the effective window ``w - b`` is uniform on ``{1..w}``.
+* **Pairs**: centre ``j`` and each context ``c`` within the effective window give one pair with
+  input row ``syn0[tok[c]]`` and output row ``syn1[tok[j]]`` (word2vec's skip-gram: the
+  context word's input vector predicts the centre word).
+* **Negatives** are drawn on the device from ``count ** 0.75`` with an alias table
+  (:func:`alias_table`), O(1) per draw and exact.
+
+All draws come from per-walk counter-based streams (:mod:`jaxgraph.embed._hostrng`), so the pairs
+of a walk do not depend on how walks are split over devices or threads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from numba import njit, prange
+
+from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed.walks import Walks
+
+CountSource = Literal["corpus", "degree"]
+COUNT_SOURCES = ("corpus", "degree")
+
+
+def corpus_counts(walks: Walks, num_nodes: int) -> np.ndarray:
+    """``int64[N]`` occurrences of every node in the walks (padding excluded)."""
+    mask = np.arange(walks.nodes.shape[1])[None, :] < walks.lengths[:, None]
+    return np.bincount(walks.nodes[mask], minlength=num_nodes).astype(np.int64)
+
+
+def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
+    """word2vec's sub-sampling keep probability per node, ``float64[N]``.
+
+    ``p(c) = min(1, (sqrt(c / (s T)) + 1) * s T / c)`` with ``T = sum(counts)``; nodes with
+    ``c = 0`` (never in the corpus) get 1. ``sample <= 0`` disables sub-sampling (all 1).
+    """
+    counts = np.asarray(counts, np.float64)
+    p = np.ones_like(counts)
+    total = counts.sum()
+    if sample <= 0 or total <= 0:
+        return p
+    st = sample * total
+    nz = counts > 0
+    c = counts[nz]
+    p[nz] = np.minimum(1.0, (np.sqrt(c / st) + 1.0) * st / c)
+    return p
+
+
+def negative_weights(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
+    """The noise distribution ``counts ** power`` normalised, ``float64[N]``.
+
+    Raises:
+      ValueError: if every count is zero (nothing to sample).
+    """
+    w = np.asarray(counts, np.float64) ** power
+    w[np.asarray(counts) <= 0] = 0.0
+    total = w.sum()
+    if total <= 0:
+        raise ValueError("the negative-sampling distribution is empty: every count is zero")
+    return w / total
+
+
+def alias_table(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Walker's alias table (Vose's construction) for sampling ``i ~ probs``.
+
+    Draw ``i`` uniformly in ``[0, N)`` and ``u ~ U[0, 1)``; return ``i`` if ``u < accept[i]``,
+    else ``alias[i]``. Entries with probability 0 are never returned.
+
+    Returns:
+      ``(accept f32[N], alias int32[N])``.
+    """
+    probs = np.asarray(probs, np.float64)
+    n = probs.shape[0]
+    scaled = probs * (n / probs.sum())
+    accept = np.ones(n, np.float64)
+    alias = np.arange(n, dtype=np.int32)
+    small = [i for i in range(n) if scaled[i] < 1.0]
+    large = [i for i in range(n) if scaled[i] >= 1.0]
+    while small and large:
+        s = small.pop()
+        g = large.pop()
+        accept[s] = scaled[s]
+        alias[s] = g
+        scaled[g] = scaled[g] + scaled[s] - 1.0
+        (small if scaled[g] < 1.0 else large).append(g)
+    # Leftovers are 1 up to rounding; a zero-probability leftover must never be kept.
+    for i in small + large:
+        accept[i] = 1.0 if probs[i] > 0 else 0.0
+    return accept.astype(np.float32), alias
+
+
+def skipgram_pairs(
+    walks: Walks,
+    walk_ids: np.ndarray,
+    keep_prob: np.ndarray,
+    window: int,
+    key: np.uint64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """All (input, output) skip-gram pairs of the given walks, in walk order.
+
+    Args:
+      walks: the walks (only ``nodes[i, :lengths[i]]`` is read).
+      walk_ids: ``int64[W]`` stream id of each walk (its index in the round), so that a walk's
+        pairs do not depend on which device or block it lands in.
+      keep_prob: ``float64[N]`` sub-sampling keep probability (:func:`keep_probability`).
+      window: maximum window ``w >= 1``.
+      key: the round's 64-bit key (``_hostrng.round_key(seed, PURPOSE_PAIRS, round)``).
+
+    Returns:
+      ``(inputs int32[M], outputs int32[M])``: row ``k`` trains ``syn0[inputs[k]]`` against
+      ``syn1[outputs[k]]``.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    walk_ids = np.asarray(walk_ids, np.int64)
+    if walk_ids.shape != walks.lengths.shape:
+        raise ValueError("walk_ids must have one id per walk")
+    per_walk = np.zeros(walks.num_walks, np.int64)
+    if walks.num_walks == 0:
+        return np.zeros(0, np.int32), np.zeros(0, np.int32)
+    kp = np.asarray(keep_prob, np.float64)
+    empty = np.zeros(0, np.int32)
+    _pairs_kernel(
+        walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty, empty
+    )
+    offsets = np.zeros(walks.num_walks + 1, np.int64)
+    np.cumsum(per_walk, out=offsets[1:])
+    inputs = np.empty(offsets[-1], np.int32)
+    outputs = np.empty(offsets[-1], np.int32)
+    _pairs_kernel(
+        walks.nodes, walks.lengths, walk_ids, kp, window, key, False, offsets, inputs, outputs
+    )
+    return inputs, outputs
+
+
+@njit(parallel=True, cache=True)
+def _pairs_kernel(
+    nodes, lengths, walk_ids, keep_prob, window, key, count_only, offsets, inputs, outputs
+):
+    """Counts pairs per walk into ``offsets[i]`` (``count_only``), or writes walk ``i``'s pairs
+    from ``offsets[i]`` on. Both passes replay the same stream, so they agree."""
+    for i in prange(nodes.shape[0]):
+        state = hr.stream(key, walk_ids[i])
+        length = lengths[i]
+        kept = np.empty(length, np.int32)
+        k = 0
+        for j in range(length):
+            v = nodes[i, j]
+            state, u = hr.next_uniform(state)
+            if u < keep_prob[v]:
+                kept[k] = v
+                k += 1
+        pos = 0 if count_only else offsets[i]
+        for j in range(k):
+            state, b = hr.next_below(state, window)
+            reach = window - b
+            lo = max(0, j - reach)
+            hi = min(k, j + reach + 1)
+            if count_only:
+                pos += hi - lo - 1
+            else:
+                for c in range(lo, hi):
+                    if c != j:
+                        inputs[pos] = kept[c]
+                        outputs[pos] = kept[j]
+                        pos += 1
+        if count_only:
+            offsets[i] = pos

@@ -1,0 +1,563 @@
+"""Evaluation of node embeddings, shared by every embedding method.
+
+**Link prediction** (FeLoG §6.4; DistGER's ``gtrain`` split): :func:`link_prediction_split`
+holds out a fraction (50 %) of the undirected edges as positive test edges, removing an edge only
+while both endpoints keep at least one training edge, so every node with degree >= 1 keeps degree
+>= 1 in the training graph. As many negatives are drawn uniformly from the node pairs that are
+*not* edges of the full graph (``u != v``, no repeats). Embeddings are trained on
+``split.train_graph`` only; :func:`link_prediction_auc` scores pairs by ``syn0[u] . syn0[v]``
+(or the cosine, or ``syn0[u] . syn1[v]``) and reports the ROC AUC by rank sum (ties get average
+ranks), which equals ``sklearn.metrics.roc_auc_score``.
+
+**Node classification** (DeepWalk's ``scoring.py``): :func:`node_classification` fits one
+L2-regularised logistic regression per label (one-vs-rest, ``C = 1``, liblinear: scikit-learn's
+default solver when DeepWalk published its numbers) on a random ``ratio`` of the labelled nodes,
+predicts for each test node its ``k`` most probable labels, ``k`` = its true label count, and
+reports Micro- and Macro-F1 (a label with no true and no predicted node scores 0, as
+scikit-learn's ``zero_division=0``), mean and std over shuffles.
+
+**Retrieval** (FAISS, exact inner product on L2-normalised vectors):
+
+* :func:`edge_retrieval`: for each held-out edge ``(u, v)``, in both directions, query ``u``,
+  drop ``u`` and its training neighbours from the ranking, and take the 1-based rank of ``v``.
+  ``Hit@K = 1[rank <= K]``, ``MRR@K = 1/rank`` if ``rank <= K`` else 0,
+  ``nDCG@K = 1/log2(rank + 1)`` if ``rank <= K`` else 0 (one relevant item).
+* :func:`label_retrieval`: query a labelled node, drop itself; a result is relevant if it shares a
+  label with the query. ``Hit@K`` = a relevant result in the top ``K``; ``MRR@K`` = 1 / rank of
+  the first relevant result; ``nDCG@K = DCG@K / IDCG@K`` with binary gains and
+  ``IDCG@K = sum_{i <= min(K, R)} 1/log2(i + 1)``, ``R`` the number of relevant nodes.
+
+Both retrievals run on FAISS (``backend="faiss"``) or on a brute-force NumPy top-k
+(``backend="numpy"``), which give the same rankings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+from numba import njit
+from scipy.stats import rankdata
+
+from jaxgraph.graph import Graph
+
+Score = Literal["dot", "cosine", "dot_context"]
+SCORES = ("dot", "cosine", "dot_context")
+Backend = Literal["faiss", "numpy"]
+DEFAULT_KS = (1, 10, 20, 50)
+RATIOS = tuple(round(0.1 * i, 1) for i in range(1, 10))
+SMALL_RATIOS = tuple(round(0.01 * i, 2) for i in range(1, 10))
+
+
+# ---------------------------------------------------------------------- link prediction
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkSplit:
+    """A link-prediction split.
+
+    Attributes:
+      train_graph: the graph without the held-out edges (same nodes, labels and features).
+      test_pos: ``int32[M, 2]`` held-out edges ``(u, v)``, ``u < v``.
+      test_neg: ``int32[M, 2]`` non-edges of the full graph, ``u < v``, distinct.
+      test_fraction: the fraction of undirected edges actually held out (the requested one
+        unless too few edges can be removed without isolating a node).
+    """
+
+    train_graph: Graph
+    test_pos: np.ndarray
+    test_neg: np.ndarray
+    test_fraction: float
+
+
+def undirected_edges(graph: Graph) -> np.ndarray:
+    """``int32[M, 2]`` the edges ``(u, v)`` with ``u < v`` (self-loops dropped)."""
+    src, dst = graph.edges()
+    keep = src < dst
+    return np.stack([src[keep], dst[keep]], axis=1).astype(np.int32)
+
+
+def link_prediction_split(graph: Graph, test_fraction: float = 0.5, *, seed: int) -> LinkSplit:
+    """Holds out ``test_fraction`` of the undirected edges (see the module docstring).
+
+    Raises:
+      ValueError: a directed graph, a fraction outside ``(0, 1)``, no removable edge, or too few
+        non-edges for the negatives.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if not graph.is_symmetric():
+        raise ValueError("link prediction needs an undirected (symmetric) graph")
+    n = graph.num_nodes
+    edges = undirected_edges(graph)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(edges.shape[0])
+    target = int(round(test_fraction * edges.shape[0]))
+    deg = np.bincount(edges.ravel(), minlength=n).astype(np.int64)
+    held = _hold_out(edges[order], deg, target)
+    if held.sum() == 0:
+        raise ValueError("no edge can be held out without isolating a node")
+    test_pos = edges[order][held]
+    train = edges[order][~held]
+    num_pairs = n * (n - 1) // 2
+    if num_pairs - edges.shape[0] < test_pos.shape[0]:
+        raise ValueError(
+            f"the graph has {num_pairs - edges.shape[0]} non-edges, fewer than the "
+            f"{test_pos.shape[0]} negatives needed"
+        )
+    test_neg = _sample_non_edges(edges, n, test_pos.shape[0], rng)
+    train_graph = Graph.from_edges(
+        train[:, 0],
+        train[:, 1],
+        num_nodes=n,
+        symmetrize=True,
+        features=graph.features,
+        labels=graph.labels,
+        train_mask=graph.train_mask,
+        val_mask=graph.val_mask,
+        test_mask=graph.test_mask,
+        name=f"{graph.name}-lp-train",
+    )
+    return LinkSplit(train_graph, test_pos, test_neg, test_pos.shape[0] / edges.shape[0])
+
+
+@njit(cache=True)
+def _hold_out(edges, deg, target):
+    held = np.zeros(edges.shape[0], np.bool_)
+    count = 0
+    for i in range(edges.shape[0]):
+        if count >= target:
+            break
+        u = edges[i, 0]
+        v = edges[i, 1]
+        if deg[u] > 1 and deg[v] > 1:
+            held[i] = True
+            deg[u] -= 1
+            deg[v] -= 1
+            count += 1
+    return held
+
+
+def _sample_non_edges(edges: np.ndarray, n: int, m: int, rng) -> np.ndarray:
+    edge_keys = np.sort(edges[:, 0].astype(np.int64) * n + edges[:, 1])
+    chosen = np.zeros(0, np.int64)
+    while chosen.size < m:
+        draw = max(2 * (m - chosen.size), 1024)
+        u = rng.integers(0, n, draw)
+        v = rng.integers(0, n, draw)
+        ok = u != v
+        lo, hi = np.minimum(u, v)[ok], np.maximum(u, v)[ok]
+        keys = lo * n + hi
+        pos = np.searchsorted(edge_keys, keys)
+        pos[pos == edge_keys.size] = 0
+        keys = keys[edge_keys[pos] != keys] if edge_keys.size else keys
+        keys = np.concatenate([chosen, keys])
+        _, first = np.unique(keys, return_index=True)
+        chosen = keys[np.sort(first)]  # distinct, in draw order
+    chosen = chosen[:m]
+    return np.stack([chosen // n, chosen % n], axis=1).astype(np.int32)
+
+
+def roc_auc(y_true, y_score) -> float:
+    """ROC AUC by the rank-sum (Mann-Whitney) statistic, ties at average rank.
+
+    Equals ``sklearn.metrics.roc_auc_score(y_true, y_score)``.
+
+    Raises:
+      ValueError: if ``y_true`` holds only one class.
+    """
+    y_true = np.asarray(y_true).astype(bool)
+    n_pos = int(y_true.sum())
+    n_neg = y_true.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("ROC AUC needs both positive and negative examples")
+    ranks = rankdata(np.asarray(y_score, np.float64))
+    return float((ranks[y_true].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def pair_scores(
+    pairs: np.ndarray, syn0: np.ndarray, score: Score = "dot", syn1: np.ndarray | None = None
+) -> np.ndarray:
+    """Scores of node pairs, ``float64[M]``: ``dot`` ``syn0[u].syn0[v]``, ``cosine``, or
+    ``dot_context`` ``syn0[u].syn1[v]``.
+
+    Raises:
+      ValueError: unknown score, or ``dot_context`` without ``syn1``.
+    """
+    if score not in SCORES:
+        raise ValueError(f"unknown score {score!r}; expected one of {SCORES}")
+    x = np.asarray(syn0, np.float64)
+    a = x[pairs[:, 0]]
+    if score == "dot_context":
+        if syn1 is None:
+            raise ValueError("score 'dot_context' needs the output table syn1")
+        b = np.asarray(syn1, np.float64)[pairs[:, 1]]
+    else:
+        b = x[pairs[:, 1]]
+    s = np.einsum("md,md->m", a, b)
+    if score == "cosine":
+        den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+        s = np.divide(s, den, out=np.zeros_like(s), where=den > 0)
+    return s
+
+
+def link_prediction_auc(
+    split: LinkSplit, syn0: np.ndarray, score: Score = "dot", syn1: np.ndarray | None = None
+) -> float:
+    """ROC AUC of held-out edges against the split's non-edges."""
+    pos = pair_scores(split.test_pos, syn0, score, syn1)
+    neg = pair_scores(split.test_neg, syn0, score, syn1)
+    labels = np.concatenate([np.ones(pos.size, bool), np.zeros(neg.size, bool)])
+    return roc_auc(labels, np.concatenate([pos, neg]))
+
+
+def link_prediction(
+    graph: Graph,
+    train_fn: Callable[[Graph, int], tuple[np.ndarray, np.ndarray]],
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    test_fraction: float = 0.5,
+    scores: Sequence[Score] = ("dot",),
+) -> dict[str, dict[str, float]]:
+    """Mean and std of the AUC over seeded splits, training on each split's training graph.
+
+    Args:
+      graph: the full undirected graph.
+      train_fn: ``(train_graph, seed) -> (syn0, syn1)``.
+      seeds: one split (and one training run) per seed.
+      test_fraction: held-out fraction.
+      scores: pair scores to report.
+
+    Returns:
+      ``{score: {"mean", "std", "values"}}``.
+    """
+    values = {s: [] for s in scores}
+    for seed in seeds:
+        split = link_prediction_split(graph, test_fraction, seed=seed)
+        syn0, syn1 = train_fn(split.train_graph, seed)
+        for s in scores:
+            values[s].append(link_prediction_auc(split, syn0, s, syn1))
+    return {s: _mean_std(v) for s, v in values.items()}
+
+
+def _mean_std(values) -> dict:
+    v = np.asarray(values, np.float64)
+    return {"mean": float(v.mean()), "std": float(v.std()), "values": [float(x) for x in v]}
+
+
+# ---------------------------------------------------------------------- node classification
+
+
+def label_matrix(labels: np.ndarray) -> np.ndarray:
+    """``bool[N, C]`` indicators from ``int[N]`` class ids (``-1`` = none) or ``bool[N, C]``."""
+    labels = np.asarray(labels)
+    if labels.ndim == 2:
+        return labels.astype(bool)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be int[N] or bool[N, C], got shape {labels.shape}")
+    c = int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 0
+    out = np.zeros((labels.shape[0], c), bool)
+    ok = labels >= 0
+    out[np.flatnonzero(ok), labels[ok]] = True
+    return out
+
+
+def f1_scores(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[float, float]:
+    """``(micro, macro)`` F1 of ``bool[M, C]`` indicator matrices (a label with no true and no
+    predicted positive scores 0 in the macro average)."""
+    y_true = np.asarray(y_true, bool)
+    y_pred = np.asarray(y_pred, bool)
+    tp = np.sum(y_true & y_pred, axis=0).astype(np.float64)
+    fp = np.sum(~y_true & y_pred, axis=0).astype(np.float64)
+    fn = np.sum(y_true & ~y_pred, axis=0).astype(np.float64)
+    den = 2 * tp.sum() + fp.sum() + fn.sum()
+    micro = 2 * tp.sum() / den if den > 0 else 0.0
+    per = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros_like(tp), where=(2 * tp + fp + fn) > 0)
+    return float(micro), float(per.mean()) if per.size else 0.0
+
+
+def top_k_labels(scores: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``bool[M, C]`` with the ``k[i]`` highest-scoring labels of row ``i`` set (ties: lower
+    label id first)."""
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(scores.shape[1])[None, :], axis=1)
+    return ranks < np.asarray(k)[:, None]
+
+
+def one_vs_rest_scores(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    *,
+    C: float = 1.0,
+    solver: str = "liblinear",
+    seed: int = 0,
+) -> np.ndarray:
+    """Decision scores ``float64[M_test, C]`` of one L2 logistic regression per label.
+
+    A label that is constant on the training nodes gets a constant score (``-inf`` if never
+    present, ``+inf`` if always present) instead of a fit.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    out = np.empty((x_test.shape[0], y_train.shape[1]), np.float64)
+    for c in range(y_train.shape[1]):
+        y = y_train[:, c]
+        if not y.any() or y.all():
+            out[:, c] = np.inf if y.all() else -np.inf
+            continue
+        clf = LogisticRegression(C=C, solver=solver, max_iter=1000, random_state=seed)
+        clf.fit(x_train, y)
+        out[:, c] = clf.decision_function(x_test)
+    return out
+
+
+def node_classification(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    *,
+    train_ratios: Sequence[float] = RATIOS,
+    shuffles: int = 5,
+    seed: int = 0,
+    C: float = 1.0,
+    solver: str = "liblinear",
+) -> dict[float, dict[str, dict]]:
+    """Micro/Macro-F1 of top-k one-vs-rest logistic regression (see the module docstring).
+
+    Args:
+      embeddings: ``f32[N, d]``.
+      labels: ``int[N]`` (``-1`` = unlabelled) or ``bool[N, C]``; nodes without any label are
+        left out.
+      train_ratios: fractions of the labelled nodes used for training (``SMALL_RATIOS`` for
+        large graphs).
+      shuffles: random splits per ratio.
+      seed: seeds the shuffles.
+      C: inverse L2 strength.
+      solver: scikit-learn solver.
+
+    Returns:
+      ``{ratio: {"micro": {"mean", "std", "values"}, "macro": {...}}}``.
+
+    Raises:
+      ValueError: mismatched shapes, a ratio outside ``(0, 1)``, or fewer than 2 labelled
+        nodes.
+    """
+    x = np.asarray(embeddings, np.float64)
+    y = label_matrix(labels)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"{x.shape[0]} embeddings but {y.shape[0]} label rows")
+    keep = y.any(axis=1)
+    x, y = x[keep], y[keep]
+    m = x.shape[0]
+    if m < 2:
+        raise ValueError("node classification needs at least 2 labelled nodes")
+    rng = np.random.default_rng(seed)
+    result = {}
+    for ratio in train_ratios:
+        if not 0.0 < ratio < 1.0:
+            raise ValueError(f"train ratios must be in (0, 1), got {ratio}")
+        n_train = min(max(1, int(ratio * m)), m - 1)
+        micro, macro = [], []
+        for _ in range(shuffles):
+            perm = rng.permutation(m)
+            tr, te = perm[:n_train], perm[n_train:]
+            scores = one_vs_rest_scores(x[tr], y[tr], x[te], C=C, solver=solver, seed=seed)
+            pred = top_k_labels(scores, y[te].sum(axis=1))
+            mi, ma = f1_scores(y[te], pred)
+            micro.append(mi)
+            macro.append(ma)
+        result[ratio] = {"micro": _mean_std(micro), "macro": _mean_std(macro)}
+    return result
+
+
+# ---------------------------------------------------------------------- retrieval
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit norm (zero rows stay zero), ``float32``."""
+    x = np.asarray(x, np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def top_k_inner_product(
+    base: np.ndarray, queries: np.ndarray, k: int, backend: Backend = "faiss"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact maximum-inner-product search.
+
+    Returns:
+      ``(scores f32[Q, k], ids int64[Q, k])``, best first.
+
+    Shapes:
+      ``base: f32[N, d]``, ``queries: f32[Q, d]``, ``k <= N``.
+    """
+    base = np.ascontiguousarray(base, np.float32)
+    queries = np.ascontiguousarray(queries, np.float32)
+    k = min(k, base.shape[0])
+    if backend == "faiss":
+        import faiss
+
+        index = faiss.IndexFlatIP(base.shape[1])
+        index.add(base)
+        scores, ids = index.search(queries, k)
+        return scores, ids.astype(np.int64)
+    if backend != "numpy":
+        raise ValueError(f"unknown backend {backend!r}; expected 'faiss' or 'numpy'")
+    scores = np.empty((queries.shape[0], k), np.float32)
+    ids = np.empty((queries.shape[0], k), np.int64)
+    for lo in range(0, queries.shape[0], 1024):
+        s = queries[lo : lo + 1024] @ base.T  # f32[q, N]
+        part = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < s.shape[1] else np.argsort(-s)
+        ps = np.take_along_axis(s, part, axis=1)
+        order = np.lexsort((part, -ps), axis=1)  # score descending, then id ascending
+        ids[lo : lo + 1024] = np.take_along_axis(part, order, axis=1)
+        scores[lo : lo + 1024] = np.take_along_axis(ps, order, axis=1)
+    return scores, ids
+
+
+def filtered_top_k(
+    embeddings: np.ndarray,
+    queries: np.ndarray,
+    exclude_indptr: np.ndarray,
+    exclude_indices: np.ndarray,
+    k: int,
+    backend: Backend = "faiss",
+) -> np.ndarray:
+    """Top-``k`` cosine neighbours of each query node, leaving out the query itself and the
+    nodes ``exclude_indices[exclude_indptr[q]:exclude_indptr[q + 1]]`` of query ``q``.
+
+    Returns:
+      ``int64[Q, k]`` node ids, best first, ``-1`` where fewer candidates remain.
+    """
+    unit = l2_normalize(embeddings)
+    queries = np.asarray(queries, np.int64)
+    n_excl = np.diff(exclude_indptr) + 1  # + the query itself
+    out = np.full((queries.shape[0], k), -1, np.int64)
+    # Search depth k + |excluded|, bucketed by powers of two to bound the result size.
+    need = k + n_excl
+    bucket = np.ceil(np.log2(np.maximum(need, 1))).astype(np.int64)
+    for bkt in np.unique(bucket):
+        rows = np.flatnonzero(bucket == bkt)
+        depth = min(1 << int(bkt), unit.shape[0])
+        _, ids = top_k_inner_product(unit, unit[queries[rows]], depth, backend)
+        for r, res in zip(rows, ids, strict=True):
+            excl = exclude_indices[exclude_indptr[r] : exclude_indptr[r + 1]]
+            keep = (res != queries[r]) & ~np.isin(res, excl) & (res >= 0)
+            got = res[keep][:k]
+            out[r, : got.size] = got
+    return out
+
+
+def _metrics_from_ranks(ranks: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
+    """Single-relevant-item metrics from 1-based ranks (``inf`` = not retrieved)."""
+    out = {}
+    for k in ks:
+        hit = ranks <= k
+        out[f"hit@{k}"] = float(hit.mean())
+        out[f"mrr@{k}"] = float(np.where(hit, 1.0 / ranks, 0.0).mean())
+        out[f"ndcg@{k}"] = float(np.where(hit, 1.0 / np.log2(ranks + 1.0), 0.0).mean())
+    return out
+
+
+def edge_retrieval(
+    embeddings: np.ndarray,
+    split: LinkSplit,
+    ks: Sequence[int] = DEFAULT_KS,
+    backend: Backend = "faiss",
+) -> dict[str, float]:
+    """Hit@K, MRR@K and nDCG@K of the held-out edges (both directions); see the module
+    docstring. The training neighbours of the query are filtered out."""
+    kmax = max(ks)
+    pos = split.test_pos
+    q_src = np.concatenate([pos[:, 0], pos[:, 1]])
+    q_dst = np.concatenate([pos[:, 1], pos[:, 0]])
+    uniq, inv = np.unique(q_src, return_inverse=True)
+    g = split.train_graph  # symmetric: in-neighbours = neighbours
+    starts, ends = g.indptr[uniq], g.indptr[uniq + 1]
+    excl_indptr = np.concatenate([[0], np.cumsum(ends - starts)])
+    excl = (
+        np.concatenate([g.indices[s:e] for s, e in zip(starts, ends, strict=True)])
+        if uniq.size
+        else np.zeros(0, np.int32)
+    )
+    top = filtered_top_k(embeddings, uniq, excl_indptr, excl, kmax, backend)[inv]
+    found = top == q_dst[:, None]
+    ranks = np.where(found.any(axis=1), found.argmax(axis=1) + 1.0, np.inf)
+    return {"queries": int(q_src.size), **_metrics_from_ranks(ranks, ks)}
+
+
+def label_retrieval(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    ks: Sequence[int] = DEFAULT_KS,
+    *,
+    max_queries: int | None = 2000,
+    seed: int = 0,
+    backend: Backend = "faiss",
+) -> dict[str, float]:
+    """Hit@K, MRR@K and nDCG@K with relevance = sharing a label with the query (see the module
+    docstring). Queries: up to ``max_queries`` random labelled nodes with at least one other
+    relevant node."""
+    y = label_matrix(labels)
+    yf = y.astype(np.float32)
+    labelled = np.flatnonzero(y.any(axis=1))
+    rng = np.random.default_rng(seed)
+    if max_queries is not None and labelled.size > max_queries:
+        labelled = np.sort(rng.choice(labelled, max_queries, replace=False))
+    relevant_count = (yf[labelled] @ yf.T > 0).sum(axis=1) - 1  # minus the query itself
+    queries = labelled[relevant_count > 0]
+    relevant_count = relevant_count[relevant_count > 0]
+    kmax = max(ks)
+    empty = np.zeros(queries.size + 1, np.int64)
+    top = filtered_top_k(embeddings, queries, empty, np.zeros(0, np.int64), kmax, backend)
+    rel = (y[np.maximum(top, 0)] & y[queries][:, None, :]).any(axis=2) & (top >= 0)
+    gains = 1.0 / np.log2(np.arange(2, kmax + 2))
+    out = {"queries": int(queries.size)}
+    for k in ks:
+        r = rel[:, :k]
+        first = np.where(r.any(axis=1), r.argmax(axis=1) + 1.0, np.inf)
+        idcg = np.cumsum(gains)[np.minimum(relevant_count, k) - 1]
+        out[f"hit@{k}"] = float(r.any(axis=1).mean())
+        out[f"mrr@{k}"] = float(np.where(np.isfinite(first), 1.0 / first, 0.0).mean())
+        out[f"ndcg@{k}"] = float(((r * gains[:k]).sum(axis=1) / idcg).mean())
+    return out
+
+
+def format_classification(result: dict[float, dict]) -> str:
+    """A small text table of :func:`node_classification`'s result."""
+    lines = ["ratio  micro-F1        macro-F1"]
+    for ratio, r in result.items():
+        mi, ma = r["micro"], r["macro"]
+        lines.append(
+            f"{ratio:<5g}  {mi['mean']:.4f}±{mi['std']:.4f}  {ma['mean']:.4f}±{ma['std']:.4f}"
+        )
+    return "\n".join(lines)
+
+
+__all__ = [
+    "DEFAULT_KS",
+    "RATIOS",
+    "SCORES",
+    "SMALL_RATIOS",
+    "LinkSplit",
+    "edge_retrieval",
+    "f1_scores",
+    "filtered_top_k",
+    "format_classification",
+    "l2_normalize",
+    "label_matrix",
+    "label_retrieval",
+    "link_prediction",
+    "link_prediction_auc",
+    "link_prediction_split",
+    "node_classification",
+    "one_vs_rest_scores",
+    "pair_scores",
+    "roc_auc",
+    "top_k_inner_product",
+    "top_k_labels",
+    "undirected_edges",
+]

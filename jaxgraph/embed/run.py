@@ -1,0 +1,426 @@
+"""The embedding loop: walks -> data-parallel skip-gram -> feedback, round by round.
+
+:func:`embed` runs one method on one graph:
+
+* ``felog``: FeeST (FeLoG §5.1). Round 0 starts ``walks_per_node`` walks from every node with an
+  out-edge; after each round the active set keeps the nodes whose neighbourhood consistency is
+  still below ``mu`` (:mod:`jaxgraph.embed.feedback`). The loop stops when the active set is
+  empty, after ``rounds`` rounds, or (option) by the stop-ratio rule.
+* ``deepwalk`` / ``node2vec``: the baselines without feedback: ``rounds`` rounds from all nodes,
+  with the same walker, the same trainer and the same learning-rate schedule, so the effect of
+  the feedback is measured on equal terms.
+
+Round ``r`` trains at ``lr * exp(-lr_decay * r)``. Per round the log records the active-set
+size, walks, tokens, pairs trained and the time of each phase; the programs are compiled before
+the first round and their compile time is reported apart.
+
+CPU-sized run (BlogCatalog, about a minute per baseline round on 2 cores)::
+
+    jaxgraph embed --dataset blogcatalog --method felog --rounds 10 --walk-length 40 \\
+        --window 5 --out runs/blog_felog
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set, update_active_set
+from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
+from jaxgraph.embed.walks import WalkConfig, out_csr, random_walks
+from jaxgraph.graph import Graph
+
+Method = Literal["felog", "deepwalk", "node2vec"]
+METHODS = ("felog", "deepwalk", "node2vec")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedConfig:
+    """One embedding run.
+
+    Attributes:
+      method: ``felog`` (feedback on, walks of ``walk.kind``), ``deepwalk`` or ``node2vec``
+        (feedback off; the walk kind must match the method).
+      walk: walks per round (``walks_per_node`` walks from every start node).
+      sgns: skip-gram trainer settings.
+      feedback: the active-set rule (used by ``felog`` only).
+      rounds: the maximum number of rounds (``felog``) or the fixed number (baselines).
+      seed: seeds walks, pairs, negatives, tables and feedback.
+    """
+
+    method: Method = "felog"
+    walk: WalkConfig = WalkConfig()
+    sgns: SkipGramConfig = SkipGramConfig()
+    feedback: FeedbackConfig = FeedbackConfig()
+    rounds: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; expected one of {METHODS}")
+        if self.method in ("deepwalk", "node2vec") and self.walk.kind != self.method:
+            raise ValueError(
+                f"method {self.method!r} needs walk.kind={self.method!r}, got {self.walk.kind!r}"
+            )
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be non-negative, got {self.seed}")
+
+    @property
+    def uses_feedback(self) -> bool:
+        return self.method == "felog"
+
+    def replace(self, **changes) -> EmbedConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def cpu_config(method: Method = "felog", **changes) -> EmbedConfig:
+    """The CPU-sized configuration of the experiments (walk length 40, window 5, 10 rounds of
+    one walk per node)."""
+    kind = "node2vec" if method == "node2vec" else "deepwalk"
+    cfg = EmbedConfig(
+        method=method,
+        walk=WalkConfig(kind=kind, walk_length=40, walks_per_node=1),
+        sgns=SkipGramConfig(window=5),
+        rounds=10,
+    )
+    return cfg.replace(**changes)
+
+
+@dataclasses.dataclass
+class RoundLog:
+    """One round of :func:`embed`."""
+
+    round: int
+    active: int
+    walks: int
+    tokens: int
+    pairs: int
+    lr: float
+    loss: float
+    syncs: int
+    sync_rows: int
+    seconds_walk: float
+    seconds_train: float
+    seconds_feedback: float
+    seconds: float
+    evaluated: int = 0
+    psi_mean: float = float("nan")
+    reactivated: int = 0
+    next_active: int = 0
+
+
+@dataclasses.dataclass
+class EmbedResult:
+    """What :func:`embed` returns.
+
+    Attributes:
+      syn0: ``f32[N, d]`` input vectors (the embedding), after a final full average.
+      syn1: ``f32[N, d]`` output (context) vectors.
+      rounds: per-round log.
+      stop_reason: ``"max_rounds"``, ``"active_set_empty"`` or ``"stop_ratio"``.
+      seconds: walk + train + feedback time of all rounds (compilation excluded).
+      seconds_compile: compile time before the first round.
+      snapshots: ``{r: f32[N, d]}`` input vectors after round ``r``, for the rounds asked for.
+    """
+
+    syn0: np.ndarray
+    syn1: np.ndarray
+    rounds: list[RoundLog]
+    stop_reason: str
+    seconds: float
+    seconds_compile: float
+    snapshots: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.rounds)
+
+    @property
+    def pairs(self) -> int:
+        return sum(r.pairs for r in self.rounds)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rounds": len(self.rounds),
+            "stop_reason": self.stop_reason,
+            "seconds": self.seconds,
+            "seconds_compile": self.seconds_compile,
+            "walks": sum(r.walks for r in self.rounds),
+            "tokens": self.tokens,
+            "pairs": self.pairs,
+            "pairs_per_s": self.pairs / max(sum(r.seconds_train for r in self.rounds), 1e-9),
+        }
+
+
+def embed(
+    graph: Graph,
+    config: EmbedConfig,
+    mesh: Mesh,
+    *,
+    log=None,
+    snapshot_rounds: tuple[int, ...] = (),
+) -> EmbedResult:
+    """Trains node embeddings with ``config.method`` (see the module docstring).
+
+    Args:
+      graph: the graph (walks follow out-edges).
+      config: :class:`EmbedConfig`.
+      mesh: a 1-D mesh; every device trains on its share of the walks.
+      log: optional callable receiving each :class:`RoundLog` as it completes.
+      snapshot_rounds: rounds after which to keep a copy of the input vectors (to measure
+        quality against time; the copies are not timed).
+
+    Returns:
+      :class:`EmbedResult`.
+
+    Raises:
+      ValueError: the graph has no edge (no walk can train anything).
+    """
+    csr = out_csr(graph)
+    active = initial_active_set(csr[0])
+    if active.size == 0:
+        raise ValueError(f"graph {graph.name!r} has no edge: there is nothing to embed")
+    n = graph.num_nodes
+    trainer = SkipGramTrainer(
+        n, config.sgns, mesh, seed=config.seed, degrees=np.diff(csr[0]).astype(np.int64)
+    )
+    seconds_compile = trainer.compile()
+    ever_inactive = np.zeros(n, bool)
+    rounds: list[RoundLog] = []
+    stop_reason = "max_rounds"
+    snapshots: dict[int, np.ndarray] = {}
+    for r in range(config.rounds):
+        t0 = time.perf_counter()
+        walks = random_walks(csr, active, config.walk, seed=config.seed, round_index=r)
+        t1 = time.perf_counter()
+        stats = trainer.train_round(walks, r)
+        t2 = time.perf_counter()
+        entry = RoundLog(
+            round=r,
+            active=int(active.size),
+            walks=walks.num_walks,
+            tokens=walks.num_tokens,
+            pairs=stats.pairs,
+            lr=stats.lr,
+            loss=stats.loss,
+            syncs=stats.syncs,
+            sync_rows=stats.sync_rows,
+            seconds_walk=t1 - t0,
+            seconds_train=t2 - t1,
+            seconds_feedback=0.0,
+            seconds=0.0,
+            next_active=int(active.size),
+        )
+        stop = False
+        if config.uses_feedback:
+            step = update_active_set(
+                active,
+                trainer.input_vectors(),
+                *csr,
+                config.feedback,
+                seed=config.seed,
+                round_index=r,
+                ever_inactive=ever_inactive,
+            )
+            entry.evaluated = step.evaluated
+            entry.psi_mean = step.psi_mean
+            entry.reactivated = step.reactivated
+            entry.next_active = int(step.active.size)
+            if step.stop:
+                stop = True
+                stop_reason = "active_set_empty" if step.active.size == 0 else "stop_ratio"
+            active = step.active
+        t3 = time.perf_counter()
+        entry.seconds_feedback = t3 - t2
+        entry.seconds = t3 - t0
+        rounds.append(entry)
+        if log is not None:
+            log(entry)
+        if r in snapshot_rounds:
+            snapshots[r] = trainer.input_vectors().copy()
+        if stop:
+            break
+    syn0, syn1 = trainer.embeddings()
+    return EmbedResult(
+        syn0=syn0,
+        syn1=syn1,
+        rounds=rounds,
+        stop_reason=stop_reason,
+        seconds=sum(x.seconds for x in rounds),
+        seconds_compile=seconds_compile,
+        snapshots=snapshots,
+    )
+
+
+# ---------------------------------------------------------------------- files
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same directory and
+    ``os.replace``, so a reader sees the old file or the new one, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_npy(path: str | Path, array: np.ndarray) -> None:
+    """``np.save`` made atomic (see :func:`atomic_write_bytes`)."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, array)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def save_json(path: str | Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
+
+
+def save_round_log(path: str | Path, rounds: list[RoundLog]) -> None:
+    """One JSON object per round (JSON Lines), written atomically."""
+    text = "".join(json.dumps(dataclasses.asdict(r), default=_json_default) + "\n" for r in rounds)
+    atomic_write_bytes(path, text.encode())
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"cannot serialise {type(x).__name__}")
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def load_embedding_graph(name: str, *, num_nodes: int = 2000, seed: int = 0) -> Graph:
+    """A bundled dataset, or ``sbm``: a labelled degree-corrected SBM of ``num_nodes`` nodes."""
+    from jaxgraph.data import DATASETS, dc_sbm, load_dataset
+
+    if name == "sbm":
+        return dc_sbm(num_nodes, 5, 10.0, num_features=0, homophily=0.8, seed=seed)
+    if name.lower().replace("_", "-") not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}, sbm")
+    return load_dataset(name, seed=seed)
+
+
+def run_cli(args) -> dict[str, Any]:
+    """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
+
+    Writes ``embedding.npy`` (``syn0``), ``context.npy`` (``syn1``), ``rounds.jsonl`` and
+    ``eval.json`` to ``args.out`` when given.
+    """
+    from jaxgraph.embed import evaluate as ev
+    from jaxgraph.mesh import make_mesh
+
+    method = args.method
+    kind = "node2vec" if method == "node2vec" else (args.walker or "deepwalk")
+    if method == "deepwalk" and args.walker not in (None, "deepwalk"):
+        raise ValueError("--walker applies to --method felog only")
+    cfg = EmbedConfig(
+        method=method,
+        walk=WalkConfig(
+            kind=kind,
+            walk_length=args.walk_length,
+            walks_per_node=args.walks_per_node,
+            p=args.p,
+            q=args.q,
+        ),
+        sgns=SkipGramConfig(
+            dim=args.dim,
+            window=args.window,
+            negatives=args.negatives,
+            sample=args.sample,
+            counts=args.counts,
+            lr=args.lr,
+            lr_decay=args.lr_decay,
+            lr_schedule=args.lr_schedule,
+            batch_size=args.batch_size,
+            sync_every=args.sync_every,
+            merge=args.merge,
+        ),
+        feedback=FeedbackConfig(
+            mu=args.mu,
+            num_neighbors=args.neighbors,
+            stop_ratio=args.stop_ratio,
+            reactivate=args.reactivate,
+            warmup_rounds=args.warmup_rounds,
+            center=args.center,
+        ),
+        rounds=args.rounds,
+        seed=args.seed,
+    )
+    task = args.task
+    if task not in ("auto", "lp", "nc", "none"):
+        raise ValueError(f"unknown task {task!r}; expected auto, lp, nc or none")
+    graph = load_embedding_graph(args.dataset, num_nodes=args.nodes, seed=args.seed)
+    if task == "auto":
+        task = "nc" if ev.label_matrix(graph.labels).any() else "lp"
+    if task == "nc" and not ev.label_matrix(graph.labels).any():
+        raise ValueError(f"--task nc needs node labels; {args.dataset!r} has none")
+    split = None
+    train_graph = graph
+    if task == "lp":
+        split = ev.link_prediction_split(graph, 0.5, seed=args.seed)
+        train_graph = split.train_graph
+    mesh = make_mesh(args.parts)
+
+    def progress(r: RoundLog):
+        if not args.quiet:
+            print(
+                f"round {r.round}: active {r.active}, walks {r.walks}, pairs {r.pairs}, "
+                f"loss {r.loss:.4f}, {r.seconds:.2f}s, next active {r.next_active}",
+                flush=True,
+            )
+
+    result = embed(train_graph, cfg, mesh, log=progress)
+    evaluation: dict[str, Any] = {"task": task}
+    if task == "lp":
+        for score in ev.SCORES:
+            evaluation[f"auc_{score}"] = ev.link_prediction_auc(
+                split, result.syn0, score, result.syn1
+            )
+        if args.retrieval:
+            evaluation["retrieval"] = ev.edge_retrieval(result.syn0, split)
+    elif task == "nc":
+        ratios = tuple(float(x) for x in args.train_ratios.split(","))
+        nc = ev.node_classification(
+            result.syn0, graph.labels, train_ratios=ratios, shuffles=args.shuffles, seed=args.seed
+        )
+        evaluation["node_classification"] = {str(k): v for k, v in nc.items()}
+        if args.retrieval:
+            evaluation["retrieval"] = ev.label_retrieval(result.syn0, graph.labels, seed=args.seed)
+    summary = {
+        "dataset": args.dataset,
+        "method": method,
+        "parts": args.parts,
+        **result.summary(),
+        "evaluation": evaluation,
+    }
+    if args.out:
+        out = Path(args.out)
+        save_npy(out / "embedding.npy", result.syn0)
+        save_npy(out / "context.npy", result.syn1)
+        save_round_log(out / "rounds.jsonl", result.rounds)
+        save_json(out / "eval.json", {**summary, "config": cfg.to_dict()})
+    return summary

@@ -1,0 +1,623 @@
+"""Skip-gram with negative sampling (SGNS) on the device: the update, the data-parallel trainer.
+
+**The update** (:func:`sgns_update`; Mikolov et al. 2013, word2vec's ``skip-gram`` branch). For a
+pair with input row ``s = syn0[i]``, positive output ``o_0 = syn1[t]`` and negatives
+``o_1..o_K = syn1[n_k]`` drawn from ``count ** 0.75``::
+
+    g_k   = (1[k = 0] - sigmoid(s . o_k)) * alpha        (k = 0..K)
+    syn1[o_k] += g_k * s                                 (pre-update s)
+    syn0[i]   += sum_k g_k * o_k                         (pre-update o_k)
+
+A negative equal to the positive is skipped (``g = 0``), as in word2vec. The exact sigmoid
+replaces word2vec's table clipped at ``|f| > 6``.
+
+**Batches and duplicate rows.** One step applies the updates of ``B`` pairs computed from the
+*same* tables, and rows that occur several times in a batch receive the **sum** of their
+updates (``.at[].add``): a hub that appears ``k`` times gets ``k`` times the update, as ``k``
+sequential (Hogwild) word2vec updates would to first order in ``alpha``. The learning rate is
+therefore *not* divided by the batch size or by a row's multiplicity; the per-pair scale is
+word2vec's. Large batches make hub rows take larger, staler steps; ``batch_size`` bounds that.
+
+**Data parallelism** (:class:`SkipGramTrainer`). Each device of a 1-D mesh trains on its own
+shard of the round's walks with a full replica of both tables (``f32[P, N, d]``, one slice per
+device). A :class:`TableSync` merges rows across devices every ``sync_every`` steps
+(:class:`AllSync`: every row of ``syn0`` and ``syn1``, the AllSync baseline of the FeLoG paper);
+a round ends with a full merge, so the feedback and the output read one consistent table. A
+selective (hotspot) sync plugs in as another :class:`TableSync`.
+
+Two merge rules (:func:`merge_rows`):
+
+* ``"mean"`` (default; FeLoG, DistGER): the replicas are averaged. With a merge after every
+  step, ``P`` devices at ``alpha`` equal one device training on the union of their batches at
+  ``alpha / P``: model averaging divides every replica's contribution by ``P``, so a round on
+  ``P`` devices moves the tables about as far as ``1/P`` of a round on one device.
+* ``"sum"``: ``anchor + psum(replica - anchor)`` with ``anchor`` the last merged value; with a
+  merge after every step this equals one device on the union of the batches at ``alpha``.
+
+``tests/embed/test_skipgram.py`` checks both identities on several mesh sizes, and a replica
+simulation for longer sync periods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from typing import Literal, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed.corpus import (
+    COUNT_SOURCES,
+    CountSource,
+    alias_table,
+    corpus_counts,
+    keep_probability,
+    negative_weights,
+    skipgram_pairs,
+)
+from jaxgraph.embed.walks import Walks
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipGramConfig:
+    """Skip-gram hyper-parameters (word2vec / FeLoG defaults).
+
+    Attributes:
+      dim: embedding dimension ``d``.
+      window: maximum window ``w``; the effective window is uniform on ``{1..w}``.
+      negatives: negatives ``K`` per pair.
+      sample: sub-sampling threshold ``s`` (``<= 0``: off).
+      counts: where node counts (negatives, sub-sampling) come from: ``"corpus"`` (occurrences
+        in all walks trained so far) or ``"degree"`` (out-degree, as the public FeLoG code).
+      lr: initial learning rate ``alpha_0``.
+      lr_decay: round ``r`` trains at ``alpha_0 * exp(-lr_decay * r)``.
+      lr_schedule: ``"round"`` (constant within a round) or ``"linear"`` (additionally decays
+        linearly within a round to ``1e-4`` of the round's rate, by tokens processed).
+      batch_size: pairs per device per step.
+      sync_every: steps between two table syncs (a round always ends with a full merge).
+      merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync) or ``"sum"``
+        (every replica's change counts fully); see :func:`merge_rows`.
+      block_pairs: host memory bound: walks are cut into blocks of about this many pairs.
+    """
+
+    dim: int = 128
+    window: int = 10
+    negatives: int = 5
+    sample: float = 1e-3
+    counts: CountSource = "corpus"
+    lr: float = 0.025
+    lr_decay: float = 0.1
+    lr_schedule: Literal["round", "linear"] = "round"
+    batch_size: int = 1024
+    sync_every: int = 64
+    merge: Literal["mean", "sum"] = "mean"
+    block_pairs: int = 1 << 23
+
+    def __post_init__(self):
+        for name in ("dim", "window", "negatives", "batch_size", "sync_every", "block_pairs"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.counts not in COUNT_SOURCES:
+            raise ValueError(f"counts must be one of {COUNT_SOURCES}, got {self.counts!r}")
+        if self.lr_schedule not in ("round", "linear"):
+            raise ValueError(f"lr_schedule must be 'round' or 'linear', got {self.lr_schedule!r}")
+        if self.merge not in ("mean", "sum"):
+            raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+
+    def round_lr(self, round_index: int) -> float:
+        """``alpha_0 * exp(-lr_decay * r)``."""
+        return self.lr * math.exp(-self.lr_decay * round_index)
+
+
+class Tables(NamedTuple):
+    """The two SGNS tables. Per replica ``f32[N, d]``; in the trainer ``f32[P, N, d]`` with the
+    leading mesh axis sharded (replica ``p`` on device ``p``)."""
+
+    syn0: jax.Array
+    syn1: jax.Array
+
+
+# ---------------------------------------------------------------------- the update
+
+
+def init_tables(key: jax.Array, num_nodes: int, dim: int) -> Tables:
+    """word2vec's initialisation: ``syn0 ~ U(-0.5/d, 0.5/d)``, ``syn1 = 0``.
+
+    Shapes:
+      ``-> Tables(f32[N, d], f32[N, d])``.
+    """
+    half = 0.5 / dim
+    syn0 = jax.random.uniform(key, (num_nodes, dim), jnp.float32, -half, half)
+    return Tables(syn0, jnp.zeros((num_nodes, dim), jnp.float32))
+
+
+def sample_negatives(
+    key: jax.Array, accept: jax.Array, alias: jax.Array, shape: tuple[int, ...]
+) -> jax.Array:
+    """Draws node ids from an alias table (:func:`jaxgraph.embed.corpus.alias_table`).
+
+    Shapes:
+      ``accept: f32[N]``, ``alias: int32[N]`` -> ``int32[shape]``.
+    """
+    k_idx, k_u = jax.random.split(key)
+    i = jax.random.randint(k_idx, shape, 0, accept.shape[0], jnp.int32)
+    u = jax.random.uniform(k_u, shape, jnp.float32)
+    return jnp.where(u < accept[i], i, alias[i])
+
+
+def sgns_update(
+    syn0: jax.Array,
+    syn1: jax.Array,
+    inputs: jax.Array,
+    outputs: jax.Array,
+    negatives: jax.Array,
+    weight: jax.Array,
+    lr: jax.Array | float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One batched SGNS step (see the module docstring for the formula and duplicate rows).
+
+    Args:
+      syn0, syn1: the input and output tables.
+      inputs: input (context) row of each pair.
+      outputs: positive output (centre) row of each pair.
+      negatives: ``K`` negative output rows per pair.
+      weight: per-pair factor, ``0`` for padding pairs (which then change nothing) and ``1``
+        otherwise.
+      lr: learning rate ``alpha``.
+
+    Returns:
+      ``(syn0', syn1', loss)`` with ``loss`` the weighted sum over pairs of
+      ``-log sigmoid(s.o_0) - sum_k log sigmoid(-s.o_k)`` before the update.
+
+    Shapes:
+      ``syn0, syn1: f32[N, d]``, ``inputs, outputs: int32[B]``, ``negatives: int32[B, K]``,
+      ``weight: f32[B]``, ``lr: f32[]``.
+    """
+    syn0, syn1 = jnp.asarray(syn0), jnp.asarray(syn1)
+    d = syn0.shape[1]
+    targets = jnp.concatenate([outputs[:, None], negatives], axis=1)  # int32[B, K+1]
+    s = syn0[inputs]  # f32[B, d]
+    o = syn1[targets]  # f32[B, K+1, d]
+    f = jnp.einsum("bd,bkd->bk", s, o)  # f32[B, K+1]
+    positive = jnp.arange(targets.shape[1]) == 0  # bool[K+1]
+    # word2vec skips a negative that happens to be the positive itself.
+    live = positive | (targets != outputs[:, None])
+    w = weight[:, None] * live.astype(f.dtype)  # f32[B, K+1]
+    g = (positive.astype(f.dtype) - jax.nn.sigmoid(f)) * (lr * w)
+    loss = -jnp.sum(w * jax.nn.log_sigmoid(jnp.where(positive, f, -f)))
+    ds = jnp.einsum("bk,bkd->bd", g, o)  # f32[B, d]
+    do = g[..., None] * s[:, None, :]  # f32[B, K+1, d]
+    syn0 = syn0.at[inputs].add(ds)
+    syn1 = syn1.at[targets.reshape(-1)].add(do.reshape(-1, d))
+    return syn0, syn1, loss
+
+
+def sgns_update_reference(syn0, syn1, inputs, outputs, negatives, weight, lr):
+    """NumPy (float64) oracle of :func:`sgns_update`: the closed form pair by pair, summed.
+
+    Returns:
+      ``(syn0', syn1')`` as ``float64`` arrays.
+    """
+    syn0 = np.asarray(syn0, np.float64)
+    syn1 = np.asarray(syn1, np.float64)
+    d0 = np.zeros_like(syn0)
+    d1 = np.zeros_like(syn1)
+    for b in range(len(inputs)):
+        s = syn0[inputs[b]]
+        targets = [outputs[b], *negatives[b]]
+        for k, t in enumerate(targets):
+            if k > 0 and t == outputs[b]:
+                continue
+            label = 1.0 if k == 0 else 0.0
+            g = (label - 1.0 / (1.0 + np.exp(-s @ syn1[t]))) * lr * weight[b]
+            d1[t] += g * s
+            d0[inputs[b]] += g * syn1[t]
+    return syn0 + d0, syn1 + d1
+
+
+# ---------------------------------------------------------------------- syncs
+
+
+class TableSync(Protocol):
+    """Merges (some) table rows across the replicas; called inside ``shard_map``.
+
+    ``__call__(tables, anchor, *, axis_name) -> (tables, anchor)`` on one replica's
+    ``Tables(f32[N, d], f32[N, d])``. ``anchor`` is the value of the tables at the previous
+    merge (``None`` unless ``needs_anchor``); the sync returns the new anchor. ``merge`` names
+    the rule the closing full sync of a round uses; ``rows(num_nodes)`` is the number of rows
+    (of both tables together) that one call all-reduces, for communication accounting.
+    """
+
+    merge: Merge
+    needs_anchor: bool
+
+    def __call__(self, tables: Tables, anchor: Tables | None, *, axis_name: str): ...
+
+    def rows(self, num_nodes: int) -> int: ...
+
+
+Merge = Literal["mean", "sum"]
+
+
+def merge_rows(tables: Tables, anchor: Tables | None, merge: Merge, *, axis_name: str):
+    """Merges whole tables across ``axis_name``: ``Tables[N, d] -> Tables[N, d]`` (replicated).
+
+    ``"mean"``: ``pmean`` (model averaging; each replica's update counts ``1/P``).
+    ``"sum"``: ``anchor + psum(tables - anchor)``: every replica's update counts fully, so
+    ``P`` replicas merged after every step equal one device on the union of their batches.
+    """
+    if merge == "mean":
+        return Tables(*(jax.lax.pmean(t, axis_name) for t in tables)), anchor
+    if anchor is None:
+        raise ValueError("merge='sum' needs the anchor tables")
+    new = Tables(*(a + jax.lax.psum(t - a, axis_name) for t, a in zip(tables, anchor, strict=True)))
+    return new, new
+
+
+@dataclasses.dataclass(frozen=True)
+class AllSync:
+    """Merges every row of ``syn0`` and ``syn1`` (the AllSync baseline of FeLoG §6.6).
+
+    Attributes:
+      merge: ``"mean"`` (default; averaging all rows, as FeLoG / DistGER) or ``"sum"`` (adds
+        every replica's change since the last merge; see :func:`merge_rows`).
+    """
+
+    merge: Merge = "mean"
+
+    def __post_init__(self):
+        if self.merge not in ("mean", "sum"):
+            raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+
+    @property
+    def needs_anchor(self) -> bool:
+        return self.merge == "sum"
+
+    def __call__(self, tables, anchor, *, axis_name):
+        return merge_rows(tables, anchor, self.merge, axis_name=axis_name)
+
+    def rows(self, num_nodes: int) -> int:
+        return 2 * num_nodes
+
+
+# ---------------------------------------------------------------------- device programs
+
+
+def _train_chunk(
+    tables,
+    inputs,
+    outputs,
+    weights,
+    lr,
+    num_steps,
+    first_step,
+    key,
+    accept,
+    alias,
+    *,
+    axis_name,
+    negatives,
+):
+    """The first ``num_steps`` of ``S`` buffered SGNS steps on this device's replica.
+
+    ``num_steps`` is traced, so one compiled program serves every chunk length; buffer slots
+    past it are never read. Step ``s`` draws its negatives from
+    ``fold_in(fold_in(key, first_step + s), device)``.
+
+    Shapes (per device):
+      ``tables: Tables(f32[1, N, d], f32[1, N, d])``, ``inputs, outputs: int32[1, S, B]``,
+      ``weights: f32[1, S, B]``, ``lr: f32[S]``, ``num_steps, first_step: int32[]``
+      (replicated), ``accept: f32[N]``, ``alias: int32[N]`` -> ``(Tables, loss f32[1])``.
+    """
+    device = jax.lax.axis_index(axis_name)
+    batch = inputs.shape[-1]
+
+    def step(s, carry):
+        syn0, syn1, loss = carry  # f32[N, d], f32[N, d], f32[]
+        k = jax.random.fold_in(jax.random.fold_in(key, first_step + s), device)
+        neg = sample_negatives(k, accept, alias, (batch, negatives))  # int32[B, K]
+        # ins, outs: int32[B]; w: f32[B]
+        ins, outs, w = inputs[0, s], outputs[0, s], weights[0, s]
+        syn0, syn1, step_loss = sgns_update(syn0, syn1, ins, outs, neg, w, lr[s])
+        return syn0, syn1, loss + step_loss
+
+    loss0 = jax.lax.pcast(jnp.zeros((), jnp.float32), axis_name, to="varying")
+    syn0, syn1, loss = jax.lax.fori_loop(
+        0, num_steps, step, (tables.syn0[0], tables.syn1[0], loss0)
+    )
+    return Tables(syn0[None], syn1[None]), loss[None]
+
+
+def _sync_tables(tables, anchor, *, axis_name, sync):
+    """Shapes (per device): ``Tables(f32[1, N, d], f32[1, N, d])`` and the same (or ``None``)
+    anchor -> same."""
+    squeeze = lambda t: None if t is None else Tables(*(a[0] for a in t))
+    unsqueeze = lambda t: None if t is None else Tables(*(a[None] for a in t))
+    tables, anchor = sync(squeeze(tables), squeeze(anchor), axis_name=axis_name)
+    return unsqueeze(tables), unsqueeze(anchor)
+
+
+@functools.lru_cache(maxsize=32)
+def train_program(mesh: Mesh, axis_name: str, negatives: int):
+    """The jitted data-parallel training program (cached per mesh and ``K``).
+
+    ``train(tables, inputs, outputs, weights, lr, num_steps, first_step, key, accept, alias)
+    -> (tables, loss f32[P])`` runs the first ``num_steps`` buffered steps on every replica;
+    replica ``p`` draws the negatives of step ``s`` from
+    ``fold_in(fold_in(key, first_step + s), p)``. Tables are ``f32[P, N, d]`` sharded on
+    ``axis_name`` (donated), the pair buffers ``[P, S, B]`` likewise; the rest is replicated.
+    """
+    shard, rep = P(axis_name), P()
+    return jax.jit(
+        jax.shard_map(
+            functools.partial(_train_chunk, axis_name=axis_name, negatives=negatives),
+            mesh=mesh,
+            in_specs=(shard, shard, shard, shard, rep, rep, rep, rep, rep, rep),
+            out_specs=(shard, shard),
+        ),
+        donate_argnums=0,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def sync_program(mesh: Mesh, axis_name: str, sync: TableSync):
+    """The jitted ``(tables, anchor) -> (tables, anchor)`` applying ``sync`` on every replica
+    (tables ``f32[P, N, d]`` sharded on ``axis_name``, both donated)."""
+    shard = P(axis_name)
+    return jax.jit(
+        jax.shard_map(
+            functools.partial(_sync_tables, axis_name=axis_name, sync=sync),
+            mesh=mesh,
+            in_specs=(shard, shard),
+            out_specs=(shard, shard),
+        ),
+        donate_argnums=(0, 1),
+    )
+
+
+# ---------------------------------------------------------------------- control
+
+
+@dataclasses.dataclass
+class RoundStats:
+    """What one :meth:`SkipGramTrainer.train_round` did (host-side numbers)."""
+
+    walks: int
+    tokens: int
+    pairs: int
+    steps: int
+    syncs: int
+    sync_rows: int
+    lr: float
+    loss: float
+    seconds_pairs: float
+    seconds: float
+
+
+class SkipGramTrainer:
+    """Data-parallel SGNS over the devices of a 1-D mesh, one round of walks at a time.
+
+    Args:
+      num_nodes: vocabulary size ``N`` (node ids ``0..N-1``).
+      config: :class:`SkipGramConfig`.
+      mesh: a 1-D mesh (:func:`jaxgraph.mesh.make_mesh`); one replica per device.
+      seed: seeds the table initialisation, the walk shuffling, the pairs and the negatives.
+      degrees: ``int[N]`` node degrees; required when ``config.counts == "degree"``.
+      sync: the periodic :class:`TableSync` (default ``AllSync(config.merge)``).
+
+    Raises:
+      ValueError: non-positive ``num_nodes``, a mesh that is not 1-D, missing or mis-shaped
+        ``degrees``.
+    """
+
+    def __init__(
+        self,
+        num_nodes: int,
+        config: SkipGramConfig,
+        mesh: Mesh,
+        *,
+        seed: int = 0,
+        degrees: np.ndarray | None = None,
+        sync: TableSync | None = None,
+    ):
+        if num_nodes <= 0:
+            raise ValueError(f"num_nodes must be positive, got {num_nodes}")
+        if len(mesh.axis_names) != 1:
+            raise ValueError(f"the trainer needs a 1-D mesh, got axes {mesh.axis_names}")
+        if config.counts == "degree":
+            if degrees is None or np.shape(degrees) != (num_nodes,):
+                raise ValueError("counts='degree' needs degrees of shape [num_nodes]")
+        self.num_nodes = num_nodes
+        self.config = config
+        self.mesh = mesh
+        self.axis_name = mesh.axis_names[0]
+        self.num_devices = mesh.shape[self.axis_name]
+        self.seed = seed
+        self.sync = sync or AllSync(config.merge)
+        if self.sync.merge != config.merge:
+            raise ValueError(
+                f"sync merges by {self.sync.merge!r} but config.merge is {config.merge!r}"
+            )
+        self.degrees = None if degrees is None else np.asarray(degrees, np.int64)
+        self.counts = np.zeros(num_nodes, np.int64)  # corpus counts of all rounds so far
+        self._train = train_program(mesh, self.axis_name, config.negatives)
+        self._full_sync = sync_program(mesh, self.axis_name, AllSync(self.sync.merge))
+        self._periodic_sync = sync_program(mesh, self.axis_name, self.sync)
+        self._shard = NamedSharding(mesh, P(self.axis_name))
+        self._rep = NamedSharding(mesh, P())
+        self._step = 0  # global step counter: keys the negatives
+        self._since_sync = 0
+        self.tables = self._init(jax.random.key(seed))
+        # The last merged value, for merge="sum" (a separate buffer: both are donated).
+        self.anchor = self._copy(self.tables) if self.sync.needs_anchor else None
+
+    def _copy(self, tables: Tables) -> Tables:
+        return jax.jit(
+            lambda t: jax.tree.map(jnp.copy, t), out_shardings=Tables(self._shard, self._shard)
+        )(tables)
+
+    def _init(self, key) -> Tables:
+        n, d, p = self.num_nodes, self.config.dim, self.num_devices
+
+        def init():
+            t = init_tables(key, n, d)
+            return Tables(*(jnp.broadcast_to(a, (p, n, d)) for a in t))
+
+        return jax.jit(init, out_shardings=Tables(self._shard, self._shard))()
+
+    def compile(self) -> float:
+        """Compiles the programs (a zero-step chunk, the syncs ahead of time) without changing
+        the tables, so that round timings exclude compilation.
+
+        Returns:
+          the seconds spent.
+        """
+        t0 = time.perf_counter()
+        empty = [np.zeros(0, np.int32)] * self.num_devices
+        accept, alias = jax.device_put(alias_table(np.ones(self.num_nodes)), self._rep)
+        key = jax.random.key(self.seed)
+        loss = self._run(
+            empty, empty, [0] * self.num_devices, 0, 0, np.zeros(0), key, accept, alias
+        )
+        self._periodic_sync.lower(self.tables, self.anchor).compile()
+        self._full_sync.lower(self.tables, self.anchor).compile()
+        jax.block_until_ready((self.tables, loss))
+        return time.perf_counter() - t0
+
+    # .................................................................. rounds
+
+    def train_round(self, walks: Walks, round_index: int) -> RoundStats:
+        """Trains one pass over ``walks`` at the round's learning rate, then merges the replicas.
+
+        The walks are shuffled (seeded), cut into blocks of about ``block_pairs`` pairs and, in
+        each block, split evenly over the devices; a device trains only on its own walks.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        n, b = self.num_nodes, cfg.batch_size
+        round_counts = corpus_counts(walks, n)
+        self.counts += round_counts
+        counts = self.counts if cfg.counts == "corpus" else self.degrees
+        lr = cfg.round_lr(round_index)
+        stats = RoundStats(walks.num_walks, walks.num_tokens, 0, 0, 0, 0, lr, 0.0, 0.0, 0.0)
+        if walks.num_walks == 0 or counts.sum() == 0:
+            stats.seconds = time.perf_counter() - t0
+            return stats
+        keep = keep_probability(counts, cfg.sample)
+        accept, alias = alias_table(negative_weights(counts))
+        accept, alias = jax.device_put((accept, alias), self._rep)
+        key = jax.random.fold_in(jax.random.key(self.seed), round_index)
+        pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
+        order = np.random.default_rng([self.seed, hr.PURPOSE_SHUFFLE, round_index]).permutation(
+            walks.num_walks
+        )
+        tokens = walks.lengths[order].astype(np.int64)
+        token_end = np.cumsum(tokens)
+        est_pairs = token_end[-1] * (cfg.window + 1)
+        num_blocks = max(1, math.ceil(est_pairs / cfg.block_pairs))
+        losses = []
+        t_pairs = 0.0
+        for block in np.array_split(np.arange(walks.num_walks), num_blocks):
+            if block.size == 0:
+                continue
+            tp = time.perf_counter()
+            ins, outs, per_dev = self._block_pairs(walks, order[block], keep, pair_key)
+            t_pairs += time.perf_counter() - tp
+            steps = max(math.ceil(m / b) for m in per_dev)
+            if steps == 0:
+                continue
+            stats.pairs += int(sum(per_dev))
+            # Learning rate per step: by token progress through the round ("linear").
+            done0 = token_end[block[0]] - tokens[block[0]]
+            frac = (done0 + (token_end[block[-1]] - done0) * np.arange(steps) / steps) / (
+                token_end[-1]
+            )
+            alphas = (
+                np.full(steps, lr)
+                if cfg.lr_schedule == "round"
+                else (lr * np.maximum(1.0 - frac, 1e-4))
+            )
+            start = 0
+            while start < steps:
+                take = min(cfg.sync_every - self._since_sync, steps - start)
+                loss = self._run(ins, outs, per_dev, start, take, alphas, key, accept, alias)
+                losses.append(loss)
+                stats.steps += take
+                start += take
+                self._since_sync += take
+                if self._since_sync >= cfg.sync_every and start < steps:
+                    self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor)
+                    stats.syncs += 1
+                    self._since_sync = 0
+        # Round end: a full merge, so the feedback and the output read one table.
+        self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
+        self._since_sync = 0
+        stats.syncs += 1
+        stats.sync_rows = (stats.syncs - 1) * self.sync.rows(n) + 2 * n
+        stats.loss = float(sum(float(jnp.sum(x)) for x in losses)) / max(stats.pairs, 1)
+        jax.block_until_ready(self.tables)
+        stats.seconds_pairs = t_pairs
+        stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def _block_pairs(self, walks, ids, keep, pair_key):
+        """Pairs of the walks ``ids``, split over the devices: ``(ins, outs, counts)`` with
+        ``ins[p], outs[p]: int32[M_p]``."""
+        ins, outs, counts = [], [], []
+        for part in np.array_split(ids, self.num_devices):
+            sub = Walks(walks.nodes[part], walks.lengths[part])
+            i, o = skipgram_pairs(sub, part, keep, self.config.window, pair_key)
+            ins.append(i)
+            outs.append(o)
+            counts.append(i.shape[0])
+        return ins, outs, counts
+
+    def _run(self, ins, outs, per_dev, start, take, alphas, key, accept, alias):
+        """Steps ``start .. start + take`` of every device's pair stream, in one call.
+
+        The buffers always hold ``sync_every`` steps (one compiled shape); a device whose stream
+        is shorter gets zero-weight padding pairs.
+        """
+        b, p, cap = self.config.batch_size, self.num_devices, self.config.sync_every
+        x_in = np.zeros((p, cap, b), np.int32)
+        x_out = np.zeros((p, cap, b), np.int32)
+        x_w = np.zeros((p, cap, b), np.float32)
+        lo, hi = start * b, (start + take) * b
+        for d in range(p):
+            m = max(0, min(hi, per_dev[d]) - lo)
+            x_in[d].reshape(-1)[:m] = ins[d][lo : lo + m]
+            x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
+            x_w[d].reshape(-1)[:m] = 1.0
+        lr = np.zeros(cap, np.float32)
+        lr[:take] = alphas[start : start + take]
+        x_in, x_out, x_w = jax.device_put((x_in, x_out, x_w), self._shard)
+        lr, num_steps, first = jax.device_put((lr, np.int32(take), np.int32(self._step)), self._rep)
+        self._step += take
+        self.tables, loss = self._train(
+            self.tables, x_in, x_out, x_w, lr, num_steps, first, key, accept, alias
+        )
+        return loss
+
+    # .................................................................. output
+
+    def replicas(self) -> Tables:
+        """The device tables, ``Tables(f32[P, N, d], f32[P, N, d])``."""
+        return self.tables
+
+    def embeddings(self) -> tuple[np.ndarray, np.ndarray]:
+        """A full average of the replicas, then ``(syn0, syn1)`` as host ``f32[N, d]``."""
+        self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
+        return np.asarray(self.tables.syn0[0]), np.asarray(self.tables.syn1[0])
+
+    def input_vectors(self) -> np.ndarray:
+        """Replica 0 of ``syn0`` (equal to every replica right after a round), ``f32[N, d]``."""
+        return np.asarray(self.tables.syn0[0])

@@ -1,0 +1,262 @@
+"""Random walks on the host: DeepWalk (uniform) and node2vec (second order), compiled with numba.
+
+Walks follow **out-edges** (``u -> v``). :class:`~jaxgraph.graph.Graph` stores in-edges (CSR over
+destinations), so :func:`out_csr` transposes it once; for the undirected (symmetrized) graphs
+of the embedding experiments in- and out-neighbours coincide.
+
+A walk of length ``L`` holds ``L`` nodes, its start included. It ends early at a dead end (a node
+without out-edges). There is no sentinel node: padding slots hold ``-1`` and every consumer reads
+only ``nodes[i, :lengths[i]]`` (the public FeLoG trainer cut every walk at the highest-degree
+node, a leftover of word2vec's ``</s>`` token; nothing here treats any node specially).
+
+Walk ``i`` starts at ``starts[i % S]`` (``S = len(starts)``), so the walks come in
+``walks_per_node`` passes over the start nodes. Each walk draws from its own counter-based
+stream (:mod:`jaxgraph.embed._hostrng`), so the corpus depends only on ``(graph, starts,
+seed, round)``, not on the thread count.
+
+node2vec (Grover & Leskovec 2016) moves from ``v`` (having come from ``t``) to a neighbour ``x``
+with unnormalised weight ``1/p`` if ``x = t``, ``1`` if ``x`` is a neighbour of ``t`` and ``1/q``
+otherwise. It is sampled exactly by rejection: propose ``x`` uniformly from ``N(v)``, accept
+with probability ``w(x) / max(1/p, 1, 1/q)``, so no ``O(sum deg^2)`` table is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Literal, NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from jaxgraph.embed import _hostrng as hr
+from jaxgraph.graph import Graph
+
+WalkKind = Literal["deepwalk", "node2vec"]
+WALK_KINDS = ("deepwalk", "node2vec")
+PAD = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class WalkConfig:
+    """How one round samples walks.
+
+    Attributes:
+      kind: ``"deepwalk"`` (uniform next node) or ``"node2vec"`` (second order).
+      walk_length: nodes per walk, the start included (>= 1).
+      walks_per_node: walks started at every start node in one round (>= 1).
+      p: node2vec return parameter (> 0; ignored by DeepWalk).
+      q: node2vec in-out parameter (> 0; ignored by DeepWalk).
+    """
+
+    kind: WalkKind = "deepwalk"
+    walk_length: int = 80
+    walks_per_node: int = 1
+    p: float = 1.0
+    q: float = 1.0
+
+    def __post_init__(self):
+        if self.kind not in WALK_KINDS:
+            raise ValueError(f"unknown walk kind {self.kind!r}; expected one of {WALK_KINDS}")
+        if self.walk_length < 1:
+            raise ValueError(f"walk_length must be >= 1, got {self.walk_length}")
+        if self.walks_per_node < 1:
+            raise ValueError(f"walks_per_node must be >= 1, got {self.walks_per_node}")
+        if not (self.p > 0 and self.q > 0):
+            raise ValueError(f"node2vec p and q must be positive, got p={self.p}, q={self.q}")
+
+
+class Walks(NamedTuple):
+    """A padded batch of walks.
+
+    Attributes:
+      nodes: ``int32[W, L]``; ``nodes[i, :lengths[i]]`` is walk ``i``, the rest is padding
+        (``-1``) that no consumer reads.
+      lengths: ``int32[W]`` number of nodes of each walk, in ``[1, L]``.
+    """
+
+    nodes: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def num_walks(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def to_lists(self) -> list[list[int]]:
+        """The walks as Python lists (for gensim or inspection)."""
+        return [row[:n].tolist() for row, n in zip(self.nodes, self.lengths, strict=True)]
+
+
+def out_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Out-neighbour CSR of ``graph``: ``indices[indptr[u]:indptr[u+1]]`` are the ``v`` of the
+    edges ``u -> v``, sorted ascending.
+
+    Shapes:
+      ``indptr: int64[N + 1]``, ``indices: int32[E]``.
+    """
+    out = graph.adjacency().T.tocsr()  # rows = sources
+    out.sort_indices()
+    return out.indptr.astype(np.int64), out.indices.astype(np.int32)
+
+
+def check_node_ids(ids, num_nodes: int, what: str = "node ids") -> np.ndarray:
+    """``ids`` as ``int32[k]``; raises ``ValueError`` naming the first id outside ``[0, N)``."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{what} must be integers, got dtype {arr.dtype}")
+    bad = np.flatnonzero((arr < 0) | (arr >= num_nodes))
+    if bad.size:
+        raise ValueError(
+            f"{what}[{int(bad[0])}] = {int(arr[bad[0]])} is not a node id in [0, {num_nodes})"
+        )
+    return arr.astype(np.int32)
+
+
+def random_walks(
+    graph_or_csr: Graph | tuple[np.ndarray, np.ndarray],
+    starts,
+    config: WalkConfig,
+    *,
+    seed: int,
+    round_index: int = 0,
+) -> Walks:
+    """Samples ``walks_per_node`` walks from every start node.
+
+    Args:
+      graph_or_csr: a :class:`Graph`, or its :func:`out_csr` (to skip the transpose when
+        sampling many rounds).
+      starts: ``int[S]`` start nodes (repeats allowed).
+      config: walk kind, length, walks per node, node2vec ``p`` and ``q``.
+      seed: run seed; with ``round_index`` it fixes every draw.
+      round_index: the round, so that rounds draw different walks.
+
+    Returns:
+      :class:`Walks` with ``W = S * walks_per_node`` walks; walk ``i`` starts at
+      ``starts[i % S]``.
+
+    Raises:
+      ValueError: a start id outside ``[0, N)``, or a negative seed.
+    """
+    indptr, indices = out_csr(graph_or_csr) if isinstance(graph_or_csr, Graph) else graph_or_csr
+    n = indptr.shape[0] - 1
+    starts = check_node_ids(starts, n, "starts")
+    num_walks = starts.shape[0] * config.walks_per_node
+    nodes = np.full((num_walks, config.walk_length), PAD, np.int32)
+    lengths = np.zeros(num_walks, np.int32)
+    if num_walks == 0:
+        return Walks(nodes, lengths)
+    key = hr.round_key(seed, hr.PURPOSE_WALKS, round_index)
+    if config.kind == "deepwalk":
+        _deepwalk_kernel(indptr, indices, starts, key, nodes, lengths)
+    else:
+        _node2vec_kernel(
+            indptr, indices, starts, key, 1.0 / config.p, 1.0 / config.q, nodes, lengths
+        )
+    return Walks(nodes, lengths)
+
+
+def walk_throughput(
+    graph: Graph, config: WalkConfig, *, seed: int = 0, repeats: int = 1
+) -> dict[str, float]:
+    """Times :func:`random_walks` from every node with out-edges (compile excluded).
+
+    Returns:
+      ``{"walks", "tokens", "seconds", "walks_per_s", "tokens_per_s"}`` for the best repeat.
+    """
+    csr = out_csr(graph)
+    starts = np.flatnonzero(np.diff(csr[0]) > 0)
+    random_walks(csr, starts[:2], dataclasses.replace(config, walk_length=3), seed=seed)
+    best = None
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        w = random_walks(csr, starts, config, seed=seed, round_index=r)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return {
+        "walks": float(w.num_walks),
+        "tokens": float(w.num_tokens),
+        "seconds": best,
+        "walks_per_s": w.num_walks / best,
+        "tokens_per_s": w.num_tokens / best,
+    }
+
+
+# ---------------------------------------------------------------------- kernels
+
+
+@njit(parallel=True, cache=True)
+def _deepwalk_kernel(indptr, indices, starts, key, nodes, lengths):
+    num_starts = starts.shape[0]
+    length = nodes.shape[1]
+    for i in prange(nodes.shape[0]):
+        state = hr.stream(key, i)
+        v = starts[i % num_starts]
+        nodes[i, 0] = v
+        size = 1
+        while size < length:
+            lo = indptr[v]
+            deg = indptr[v + 1] - lo
+            if deg == 0:
+                break
+            state, j = hr.next_below(state, deg)
+            v = indices[lo + j]
+            nodes[i, size] = v
+            size += 1
+        lengths[i] = size
+
+
+@njit(inline="always", cache=True)
+def _has_edge(indptr, indices, u, x):
+    lo = indptr[u]
+    hi = indptr[u + 1]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if indices[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < indptr[u + 1] and indices[lo] == x
+
+
+@njit(parallel=True, cache=True)
+def _node2vec_kernel(indptr, indices, starts, key, inv_p, inv_q, nodes, lengths):
+    num_starts = starts.shape[0]
+    length = nodes.shape[1]
+    w_max = max(inv_p, 1.0, inv_q)
+    for i in prange(nodes.shape[0]):
+        state = hr.stream(key, i)
+        v = starts[i % num_starts]
+        prev = -1
+        nodes[i, 0] = v
+        size = 1
+        while size < length:
+            lo = indptr[v]
+            deg = indptr[v + 1] - lo
+            if deg == 0:
+                break
+            state, j = hr.next_below(state, deg)
+            x = indices[lo + j]
+            if prev >= 0:
+                while True:
+                    if x == prev:
+                        w = inv_p
+                    elif _has_edge(indptr, indices, prev, x):
+                        w = 1.0
+                    else:
+                        w = inv_q
+                    state, r = hr.next_uniform(state)
+                    if r * w_max < w:
+                        break
+                    state, j = hr.next_below(state, deg)
+                    x = indices[lo + j]
+            prev = v
+            v = x
+            nodes[i, size] = v
+            size += 1
+        lengths[i] = size
