@@ -208,8 +208,19 @@ def _exchange_rounds(rows_of_round, buckets, round_rows, key, axis_name, num_par
     return out
 
 
+def row_range_variance(rows: jax.Array) -> jax.Array:
+    """``(D / 6) * (max_d x - min_d x)^2`` per row: the expected squared error of stochastic
+    rounding at ``b`` bits times ``(2^b - 1)^2`` (a fractional part uniform on [0, 1) has
+    ``E[p (1 - p)] = 1/6``), the quantity AdaQP traces. ``[N, D] -> f32[N]``."""
+    if rows.shape[-1] == 0:
+        return jnp.zeros(rows.shape[:-1], jnp.float32)
+    rows = jax.lax.stop_gradient(rows).astype(jnp.float32)
+    spread = jnp.max(rows, axis=-1) - jnp.min(rows, axis=-1)
+    return (rows.shape[-1] / 6.0) * spread * spread
+
+
 def quantized_ring_exchange(
-    h_local, send_idx, fwd_buckets, bwd_buckets, key, *, axis_name, num_parts
+    h_local, send_idx, fwd_buckets, bwd_buckets, key, *, axis_name, num_parts, probe=None
 ):
     """Ring halo exchange with quantized messages in both passes.
 
@@ -219,6 +230,10 @@ def quantized_ring_exchange(
       fwd_buckets, bwd_buckets: this device's bucket indices per round (from
         :func:`bucket_state`, leading axis removed).
       key: PRNG key of this device, step and layer; directions, rounds and widths fold it.
+      probe: optional per round ``f32[S_r]`` (its value is ignored). Its cotangent is the
+        :func:`row_range_variance` of the gradient rows this device sends back in the
+        backward pass, slot by slot (indexed as the rows it received in that round): the
+        side channel through which the backward messages are traced.
 
     Returns:
       ``f32[H, D]``: the dequantized halo rows in the plan's halo layout.
@@ -238,10 +253,10 @@ def quantized_ring_exchange(
     # Index arrays and the key are explicit (non-differentiated) arguments rather than closed
     # over, so the exchange can be differentiated from outside an enclosing jit/shard_map.
     @jax.custom_vjp
-    def exchange(h_local, aux):
+    def exchange(h_local, probe, aux):
         return forward(h_local, aux)
 
-    def exchange_fwd(h_local, aux):
+    def exchange_fwd(h_local, probe, aux):
         return forward(h_local, aux), aux
 
     def exchange_bwd(aux, g_halo):
@@ -255,11 +270,12 @@ def quantized_ring_exchange(
         g = jnp.zeros(shape, dtype)
         for idx, rows in zip(send_idx, back, strict=True):
             g = g.at[idx].add(rows)  # pad slots carry zero rows
-        return g, None
+        probe_ct = None if probe is None else tuple(row_range_variance(r) for r in g_rows)
+        return g, probe_ct, None
 
     exchange.defvjp(exchange_fwd, exchange_bwd)
     aux = (tuple(send_idx), fwd_buckets, bwd_buckets, jax.random.key_data(key))
-    return exchange(h_local, aux)
+    return exchange(h_local, None if probe is None else tuple(probe), aux)
 
 
 class Quantized(CommStrategy):
@@ -308,13 +324,22 @@ class Quantized(CommStrategy):
             return None
         return self.init_state(plan, layer_dims, epoch=epoch)
 
-    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
         if key is None:
             raise ValueError("the quantized exchange needs a PRNG key")
         fwd = comm_state["fwd"][layer]
         bwd = comm_state["bwd"][layer]
         h_remote = quantized_ring_exchange(
-            h_local, shard.send_idx, fwd, bwd, key, axis_name=axis_name, num_parts=num_parts
+            h_local,
+            shard.send_idx,
+            fwd,
+            bwd,
+            key,
+            axis_name=axis_name,
+            num_parts=num_parts,
+            probe=probe,
         )
         dim = h_local.shape[-1]
         nbytes = sum(

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.ring import ring_exchange
-from jaxgraph.partition.halo import HaloPlan
+from jaxgraph.partition.halo import HaloPlan, split_edges_by_source
 
 CommState = Any
 
@@ -36,6 +36,18 @@ class GraphShard(NamedTuple):
       edge_mask: ``bool[Em]`` (``False`` on pad edges).
       gcn_edge_weight, mean_edge_weight: ``f32[Em]``; gcn_self_weight: ``f32[Nl]``.
       send_idx: per ring round ``r``, ``int32[S_r]`` local rows sent in round ``r``.
+
+    Optional: the in-edges split by source, local rows or halo rows
+    (:func:`~jaxgraph.partition.halo.split_edges_by_source`; ``None`` when the shard was
+    built with ``split=False``). Each list keeps the destination-sorted order; pad edges have
+    source 0, destination ``Nl - 1`` and weight 0:
+      local_edge_src: ``int32[El]`` sources in ``[0, Nl)`` (local rows).
+      local_edge_dst: ``int32[El]`` destinations in ``[0, Nl)``, sorted ascending.
+      local_gcn_weight, local_mean_weight: ``f32[El]``.
+      remote_edge_src: ``int32[Er]`` sources in ``[0, H)`` (halo rows, i.e. ``edge_src - Nl``).
+      remote_edge_dst: ``int32[Er]`` destinations in ``[0, Nl)``, sorted ascending.
+      remote_gcn_weight, remote_mean_weight: ``f32[Er]``.
+    ``El``, ``Er`` = the largest local-source / halo-source edge count over devices (at least 1).
     """
 
     x: jax.Array
@@ -51,13 +63,38 @@ class GraphShard(NamedTuple):
     gcn_self_weight: jax.Array
     mean_edge_weight: jax.Array
     send_idx: tuple[jax.Array, ...]
+    local_edge_src: jax.Array | None = None
+    local_edge_dst: jax.Array | None = None
+    local_gcn_weight: jax.Array | None = None
+    local_mean_weight: jax.Array | None = None
+    remote_edge_src: jax.Array | None = None
+    remote_edge_dst: jax.Array | None = None
+    remote_gcn_weight: jax.Array | None = None
+    remote_mean_weight: jax.Array | None = None
 
     @classmethod
-    def from_plan(cls, graph, plan: HaloPlan) -> GraphShard:
-        """Host-side stacked shards ``[P, ...]`` of ``graph`` under ``plan`` (NumPy arrays)."""
+    def from_plan(cls, graph, plan: HaloPlan, *, split: bool = True) -> GraphShard:
+        """Host-side stacked shards ``[P, ...]`` of ``graph`` under ``plan`` (NumPy arrays).
+
+        ``split``: also store the in-edges split by source (the ``local_*`` / ``remote_*``
+        fields), which lets the aggregation overlap its local part with the halo exchange.
+        """
         labels = plan.shard_nodes(graph.labels)
         if not graph.multi_label:
             labels = np.where(plan.local_mask, labels, -1).astype(np.int32)
+        split_fields = {}
+        if split:
+            e = split_edges_by_source(plan)
+            split_fields = dict(
+                local_edge_src=e.local_src,
+                local_edge_dst=e.local_dst,
+                local_gcn_weight=e.local_gcn_weight,
+                local_mean_weight=e.local_mean_weight,
+                remote_edge_src=e.remote_src,
+                remote_edge_dst=e.remote_dst,
+                remote_gcn_weight=e.remote_gcn_weight,
+                remote_mean_weight=e.remote_mean_weight,
+            )
         return cls(
             x=plan.shard_nodes(graph.features).astype(np.float32),
             labels=labels,
@@ -72,6 +109,7 @@ class GraphShard(NamedTuple):
             gcn_self_weight=plan.gcn_self_weight,
             mean_edge_weight=plan.mean_edge_weight,
             send_idx=tuple(plan.send_idx),
+            **split_fields,
         )
 
     @property
@@ -113,6 +151,39 @@ class CommStrategy(abc.ABC):
         """
         del comm_state, epoch, plan, layer_dims
         return None
+
+    def resume_state(
+        self,
+        plan: HaloPlan,
+        layer_dims: tuple[int, ...],
+        *,
+        epoch: int,
+        saved: dict[str, np.ndarray],
+    ) -> CommState:
+        """Host-side template of the ``comm_state`` a checkpoint taken after ``epoch`` epochs
+        restores into. ``saved`` maps each saved ``comm_state`` leaf's tree path
+        (``jax.tree_util.keystr``) to its array, for strategies whose state shapes depend on
+        what happened during training (e.g. a bit assignment solved from traced data).
+        """
+        del saved
+        return self.init_state(plan, layer_dims, epoch=epoch)
+
+    def probes(self, comm_state: CommState, num_layers: int):
+        """Per layer, a pytree of zeros that the exchange takes as ``probe=``, or ``None``.
+
+        The training step differentiates the loss with respect to the probes as well as the
+        parameters; a probe's cotangent carries whatever the exchange's backward pass wants
+        to record (e.g. statistics of the gradient rows it sends), and
+        :meth:`absorb_probes` folds it into ``comm_state``. Runs inside ``shard_map`` (this
+        device's ``comm_state``, no leading axis).
+        """
+        del comm_state, num_layers
+        return None
+
+    def absorb_probes(self, comm_state: CommState, probe_grads) -> CommState:
+        """``comm_state`` updated with the probes' cotangents (inside ``shard_map``)."""
+        del probe_grads
+        return comm_state
 
     @abc.abstractmethod
     def exchange(

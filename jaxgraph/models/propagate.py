@@ -28,6 +28,12 @@ class Propagator:
       comm_state: this device's strategy state.
       axis_name, num_parts: the mesh axis and its size.
       key: a PRNG key for stochastic strategies (folded per layer), or ``None``.
+      probes: per layer, the strategy's backward probe (see :meth:`CommStrategy.probes`), or
+        ``None``.
+      split: when the shard carries the source-split edge lists (``GraphShard.local_*`` /
+        ``remote_*``), aggregate the local-source edges before the halo exchange and the
+        halo-source edges after it (see :meth:`__call__`); otherwise one aggregation over
+        ``[local rows | halo rows]`` after the exchange. Results agree to fp32 rounding.
     """
 
     def __init__(
@@ -39,6 +45,8 @@ class Propagator:
         axis_name: str,
         num_parts: int,
         key: jax.Array | None = None,
+        probes=None,
+        split: bool = True,
     ):
         self.shard = shard
         self.strategy = strategy
@@ -46,6 +54,8 @@ class Propagator:
         self.axis_name = axis_name
         self.num_parts = num_parts
         self.key = key
+        self.probes = probes
+        self.split = split
         self.bytes_moved = jnp.float32(0)
 
     @property
@@ -54,7 +64,14 @@ class Propagator:
 
     def gather(self, h: jax.Array, *, layer: int) -> jax.Array:
         """Local rows followed by the halo rows: ``[Nl, F] -> [Nl + H, F]``."""
+        return jnp.concatenate([h, self.exchange(h, layer=layer)], axis=0)
+
+    def exchange(self, h: jax.Array, *, layer: int) -> jax.Array:
+        """The halo rows of ``h`` from the strategy, in ``h``'s dtype: ``[Nl, F] -> [H, F]``."""
         key = None if self.key is None else jax.random.fold_in(self.key, layer)
+        # Only strategies that trace their backward messages take a probe.
+        probe = None if self.probes is None else self.probes[layer]
+        extra = {} if probe is None else {"probe": probe}
         h_remote, self.comm_state, nbytes = self.strategy.exchange(
             h,
             self.shard,
@@ -63,23 +80,46 @@ class Propagator:
             axis_name=self.axis_name,
             num_parts=self.num_parts,
             key=key,
+            **extra,
         )
         self.bytes_moved = self.bytes_moved + nbytes
-        return jnp.concatenate([h, h_remote.astype(h.dtype)], axis=0)
+        return h_remote.astype(h.dtype)
 
     def __call__(self, h: jax.Array, *, layer: int, norm: Norm) -> jax.Array:
         """Normalised neighbour aggregation ``[Nl, F] -> [Nl, F]``.
 
         ``norm="gcn"``: ``Â h`` with ``Â = D_in^-1/2 (A + I) D_out^-1/2`` of the global graph.
         ``norm="mean"``: the mean over in-neighbours (zero for nodes without in-edges).
+
+        Split by edge source (the central/marginal overlap of AdaQP, Wan et al., MLSys 2023,
+        with static shapes): ``out = [A_local h (+ self term)] + A_remote h_halo``. The first
+        term is traced before the exchange and does not depend on it, so the scheduler may run
+        it while the collectives are in flight; central rows receive no halo-source edge, so
+        the second term adds exact zeros to them whatever the halo holds.
         """
         s = self.shard
+        if self.split and s.local_edge_src is not None:
+            return self._split_aggregate(h, layer=layer, norm=norm)
         h_all = self.gather(h, layer=layer)  # f32[Nl + H, F]
         weight = s.gcn_edge_weight if norm == "gcn" else s.mean_edge_weight  # f32[Em]
         out = segment_sum_sorted(h_all, s.edge_src, s.edge_dst, weight, self.num_local)
         if norm == "gcn":
             out = out + s.gcn_self_weight[:, None] * h
         return out
+
+    def _split_aggregate(self, h: jax.Array, *, layer: int, norm: Norm) -> jax.Array:
+        """:meth:`__call__` as a local-source term, then the exchange, then a halo-source term."""
+        s, n = self.shard, self.num_local
+        gcn = norm == "gcn"
+        local_w = s.local_gcn_weight if gcn else s.local_mean_weight  # f32[El]
+        out = segment_sum_sorted(h, s.local_edge_src, s.local_edge_dst, local_w, n)  # [Nl, F]
+        if gcn:
+            out = out + s.gcn_self_weight[:, None] * h
+        h_remote = self.exchange(h, layer=layer)  # f32[H, F]
+        if h_remote.shape[0] == 0:  # no halo (P = 1 or no cut edge): only pad remote edges
+            return out
+        remote_w = s.remote_gcn_weight if gcn else s.remote_mean_weight  # f32[Er]
+        return out + segment_sum_sorted(h_remote, s.remote_edge_src, s.remote_edge_dst, remote_w, n)
 
 
 def segment_sum_sorted(

@@ -235,7 +235,7 @@ class Trainer:
         dev_key = jax.random.fold_in(step_key, jax.lax.axis_index(axis))
         dropout_key, comm_key = jax.random.split(dev_key)
 
-        def loss_fn(params):
+        def loss_fn(params, probes):
             prop = Propagator(
                 shard,
                 self.strategy,
@@ -243,6 +243,7 @@ class Trainer:
                 axis_name=axis,
                 num_parts=self.num_parts,
                 key=comm_key,
+                probes=probes,
             )
             logits = self.model.apply(
                 {"params": params}, shard.x, prop, train=True, rngs={"dropout": dropout_key}
@@ -250,8 +251,15 @@ class Trainer:
             loss = masked_loss_sum(logits, shard.labels, shard.train_mask) / self.num_train
             return loss, (prop.comm_state, prop.bytes_moved)
 
-        (loss, (comm_state, nbytes)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        return loss, grads, comm_state, nbytes
+        # Probes: zeros whose cotangents carry what the exchange's backward pass records
+        # (e.g. traced gradient-message statistics); None for most strategies.
+        probes = self.strategy.probes(comm_state, self.model.num_layers)
+        (loss, (new_comm, nbytes)), (grads, probe_grads) = jax.value_and_grad(
+            loss_fn, argnums=(0, 1), has_aux=True
+        )(params, probes)
+        if probes is not None:
+            new_comm = self.strategy.absorb_probes(new_comm, probe_grads)
+        return loss, grads, new_comm, nbytes
 
     def loss_and_grads(self, state: TrainState, shards: GraphShard):
         """The global training loss and its parameter gradients, without an update (the

