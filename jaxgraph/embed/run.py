@@ -33,8 +33,9 @@ from typing import Any, Literal
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set, update_active_set
-from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
+from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer, TableSync
 from jaxgraph.embed.walks import WalkConfig, out_csr, random_walks
 from jaxgraph.graph import Graph
 
@@ -54,6 +55,11 @@ class EmbedConfig:
       feedback: the active-set rule (used by ``felog`` only).
       rounds: the maximum number of rounds (``felog``) or the fixed number (baselines).
       seed: seeds walks, pairs, negatives, tables and feedback.
+      compress: FaBC (:mod:`jaxgraph.embed.compress`): each round's walks go to the device
+        bitmap-compressed and are decoded there; None sends nothing (the trainer reads the host
+        walks). The trained result is the same either way.
+      sync: the trainer's periodic :class:`~jaxgraph.embed.skipgram.TableSync` (None:
+        ``AllSync(sgns.merge)``), e.g. :class:`jaxgraph.embed.sync.HotspotSync`.
     """
 
     method: Method = "felog"
@@ -62,6 +68,8 @@ class EmbedConfig:
     feedback: FeedbackConfig = FeedbackConfig()
     rounds: int = 10
     seed: int = 0
+    compress: FabcConfig | None = None
+    sync: TableSync | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -120,6 +128,9 @@ class RoundLog:
     psi_mean: float = float("nan")
     reactivated: int = 0
     next_active: int = 0
+    walk_bytes_raw: int = 0
+    walk_bytes_sent: int = 0
+    seconds_codec: float = 0.0
 
 
 @dataclasses.dataclass
@@ -195,8 +206,16 @@ def embed(
         raise ValueError(f"graph {graph.name!r} has no edge: there is nothing to embed")
     n = graph.num_nodes
     trainer = SkipGramTrainer(
-        n, config.sgns, mesh, seed=config.seed, degrees=np.diff(csr[0]).astype(np.int64)
+        n,
+        config.sgns,
+        mesh,
+        seed=config.seed,
+        degrees=np.diff(csr[0]).astype(np.int64),
+        sync=config.sync,
     )
+    codec = None
+    if config.compress is not None:
+        codec = WalkCodec(config.compress, device=mesh.devices.flat[0])
     seconds_compile = trainer.compile()
     ever_inactive = np.zeros(n, bool)
     rounds: list[RoundLog] = []
@@ -205,6 +224,9 @@ def embed(
     for r in range(config.rounds):
         t0 = time.perf_counter()
         walks = random_walks(csr, active, config.walk, seed=config.seed, round_index=r)
+        codec_stats = None
+        if codec is not None:  # the trainer reads the walks decoded on the device
+            walks, codec_stats = codec.transfer(walks)
         t1 = time.perf_counter()
         stats = trainer.train_round(walks, r)
         t2 = time.perf_counter()
@@ -224,6 +246,10 @@ def embed(
             seconds=0.0,
             next_active=int(active.size),
         )
+        if codec_stats is not None:
+            entry.walk_bytes_raw = codec_stats.raw_bytes
+            entry.walk_bytes_sent = codec_stats.sent_bytes
+            entry.seconds_codec = codec_stats.seconds
         stop = False
         if config.uses_feedback:
             step = update_active_set(

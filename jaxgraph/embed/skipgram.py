@@ -235,6 +235,12 @@ class TableSync(Protocol):
     merge (``None`` unless ``needs_anchor``); the sync returns the new anchor. ``merge`` names
     the rule the closing full sync of a round uses; ``rows(num_nodes)`` is the number of rows
     (of both tables together) that one call all-reduces, for communication accounting.
+
+    A *planned* sync (:mod:`jaxgraph.embed.sync`) also has ``plan(update_counts,
+    round_update_counts, sync_index, seed) -> SyncPlan``, called on the host before each
+    periodic sync with the trainer's counts (of the run and of the round); it is then called as
+    ``__call__(tables, anchor, index, *, axis_name)`` with the plan's replicated row index
+    (:func:`indexed_sync_program`), or replaced by a full merge when the plan's index is None.
     """
 
     merge: Merge
@@ -368,6 +374,31 @@ def train_program(mesh: Mesh, axis_name: str, negatives: int):
     )
 
 
+def _sync_tables_indexed(tables, anchor, index, *, axis_name, sync):
+    """Shapes (per device): ``Tables(f32[1, N, d], f32[1, N, d])``, the same (or ``None``)
+    anchor and ``index: int32[C]`` (replicated) -> tables and anchor."""
+    squeeze = lambda t: None if t is None else Tables(*(a[0] for a in t))
+    unsqueeze = lambda t: None if t is None else Tables(*(a[None] for a in t))
+    tables, anchor = sync(squeeze(tables), squeeze(anchor), index, axis_name=axis_name)
+    return unsqueeze(tables), unsqueeze(anchor)
+
+
+@functools.lru_cache(maxsize=32)
+def indexed_sync_program(mesh: Mesh, axis_name: str, sync: TableSync):
+    """The jitted ``(tables, anchor, index) -> (tables, anchor)`` of a planned sync: ``index:
+    int32[C]`` replicated, tables ``f32[P, N, d]`` sharded on ``axis_name`` (both donated)."""
+    shard = P(axis_name)
+    return jax.jit(
+        jax.shard_map(
+            functools.partial(_sync_tables_indexed, axis_name=axis_name, sync=sync),
+            mesh=mesh,
+            in_specs=(shard, shard, P()),
+            out_specs=(shard, shard),
+        ),
+        donate_argnums=(0, 1),
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def sync_program(mesh: Mesh, axis_name: str, sync: TableSync):
     """The jitted ``(tables, anchor) -> (tables, anchor)`` applying ``sync`` on every replica
@@ -449,9 +480,20 @@ class SkipGramTrainer:
             )
         self.degrees = None if degrees is None else np.asarray(degrees, np.int64)
         self.counts = np.zeros(num_nodes, np.int64)  # corpus counts of all rounds so far
+        # Row updates per node from the trained pairs (input row of syn0 + positive output row
+        # of syn1; negatives are drawn on the device and not counted), all rounds so far; the
+        # hotness that selective syncs read (jaxgraph.embed.sync).
+        self.update_counts = np.zeros(num_nodes, np.int64)
+        self.round_update_counts = np.zeros(num_nodes, np.int64)  # the same, this round only
+        self.periodic_syncs = 0  # keys the row draws of planned syncs
+        self._planned = hasattr(self.sync, "plan")
         self._train = train_program(mesh, self.axis_name, config.negatives)
         self._full_sync = sync_program(mesh, self.axis_name, AllSync(self.sync.merge))
-        self._periodic_sync = sync_program(mesh, self.axis_name, self.sync)
+        self._periodic_sync = (
+            indexed_sync_program(mesh, self.axis_name, self.sync)
+            if self._planned
+            else sync_program(mesh, self.axis_name, self.sync)
+        )
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
         self._step = 0  # global step counter: keys the negatives
@@ -488,7 +530,8 @@ class SkipGramTrainer:
         loss = self._run(
             empty, empty, [0] * self.num_devices, 0, 0, np.zeros(0), key, accept, alias
         )
-        self._periodic_sync.lower(self.tables, self.anchor).compile()
+        if not self._planned:  # a planned sync's index size varies: compiled on first use
+            self._periodic_sync.lower(self.tables, self.anchor).compile()
         self._full_sync.lower(self.tables, self.anchor).compile()
         jax.block_until_ready((self.tables, loss))
         return time.perf_counter() - t0
@@ -506,6 +549,7 @@ class SkipGramTrainer:
         n, b = self.num_nodes, cfg.batch_size
         round_counts = corpus_counts(walks, n)
         self.counts += round_counts
+        self.round_update_counts[:] = 0
         counts = self.counts if cfg.counts == "corpus" else self.degrees
         lr = cfg.round_lr(round_index)
         stats = RoundStats(walks.num_walks, walks.num_tokens, 0, 0, 0, 0, lr, 0.0, 0.0, 0.0)
@@ -555,19 +599,34 @@ class SkipGramTrainer:
                 start += take
                 self._since_sync += take
                 if self._since_sync >= cfg.sync_every and start < steps:
-                    self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor)
+                    stats.sync_rows += self._sync_periodic()
                     stats.syncs += 1
                     self._since_sync = 0
         # Round end: a full merge, so the feedback and the output read one table.
         self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
         self._since_sync = 0
         stats.syncs += 1
-        stats.sync_rows = (stats.syncs - 1) * self.sync.rows(n) + 2 * n
+        stats.sync_rows += 2 * n
         stats.loss = float(sum(float(jnp.sum(x)) for x in losses)) / max(stats.pairs, 1)
         jax.block_until_ready(self.tables)
         stats.seconds_pairs = t_pairs
         stats.seconds = time.perf_counter() - t0
         return stats
+
+    def _sync_periodic(self) -> int:
+        """Runs one periodic sync; returns the rows (of both tables) it all-reduced."""
+        sync_index = self.periodic_syncs
+        self.periodic_syncs += 1
+        if not self._planned:
+            self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor)
+            return self.sync.rows(self.num_nodes)
+        plan = self.sync.plan(self.update_counts, self.round_update_counts, sync_index, self.seed)
+        if plan.index is None:
+            self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
+        else:
+            index = jax.device_put(plan.index, self._rep)
+            self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor, index)
+        return plan.rows
 
     def _block_pairs(self, walks, ids, keep, pair_key):
         """Pairs of the walks ``ids``, split over the devices: ``(ins, outs, counts)`` with
@@ -592,11 +651,16 @@ class SkipGramTrainer:
         x_out = np.zeros((p, cap, b), np.int32)
         x_w = np.zeros((p, cap, b), np.float32)
         lo, hi = start * b, (start + take) * b
+        trained = []
         for d in range(p):
             m = max(0, min(hi, per_dev[d]) - lo)
             x_in[d].reshape(-1)[:m] = ins[d][lo : lo + m]
             x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
             x_w[d].reshape(-1)[:m] = 1.0
+            trained += [ins[d][lo : lo + m], outs[d][lo : lo + m]]
+        updates = np.bincount(np.concatenate(trained), minlength=self.num_nodes)
+        self.update_counts += updates
+        self.round_update_counts += updates
         lr = np.zeros(cap, np.float32)
         lr[:take] = alphas[start : start + take]
         x_in, x_out, x_w = jax.device_put((x_in, x_out, x_w), self._shard)

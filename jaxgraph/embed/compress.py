@@ -1,0 +1,555 @@
+"""Frequency-aware bitmap compression (FaBC, FeLoG §5.2.2) of walk corpora, on the host.
+
+A walk corpus is a padded ``int32[W, L]`` array with a length array (:class:`~jaxgraph.embed.
+walks.Walks`). FaBC replaces the occurrences of ``k`` *hot* ids by bitmaps: per walk it stores
+the ``k`` hot ids, one ``L``-bit bitmap per hot id (bit ``j`` set where ``walk[j]`` is that id)
+and, in order, the ids at the remaining (*residual*) positions. The corpus becomes four
+contiguous arrays (:class:`CompressedWalks`) that travel host -> device together and are decoded
+there (:func:`decode_on_device`, the kernel in :mod:`pallas_kernels.bitmap`).
+
+**Reading of the seed (Eq. 6-8).** The seed sorts "normalized node frequencies on the sampled
+sequences" as ``p(1) >= p(2) >= ...`` and stores "the ``k`` selected node IDs once per sequence"
+(the ``4Nk`` term of Eq. 6). Its numbers only fit **per-walk ranks**: on YouTube "the top-1 and
+top-2 nodes together contribute over 50 % of the total frequency", and Table 6 reports top-1
+ratios of 0.59-0.67, i.e. ``F_1`` near 0.4; no single node of a graph with a million nodes holds
+40 % of all walk positions, but a walk's own most frequent node can (walks revisit hubs and
+backtrack). The public code also compresses each walk's own most frequent id. So, by default
+(``scope="walk"``):
+
+* ``c_w(i)`` is the count of walk ``w``'s ``i``-th most frequent id (ties: the smaller id first,
+  as the public code's ``std::map``; 0 past the walk's distinct ids), ``T = sum_w len(w)`` and
+  ``p(i) = sum_w c_w(i) / T``, ``F_k = p(1) + ... + p(k)`` (:func:`frequency_profile`);
+* walk ``w``'s hot ids are its own top-``k`` ids (:func:`encode`); a walk with fewer than ``k``
+  distinct ids fills the remaining slots with ``-1`` and empty bitmaps.
+
+``scope="corpus"`` is the other reading: one hot set, the corpus-wide top-``k`` ids, stored once
+(``4k`` bytes instead of ``4Nk``). On DeepWalk corpora its ``p(1)`` is a node's stationary
+probability (``deg / 2|E|``: 0.6 % on BlogCatalog, a few per cent on sparse power-law graphs),
+below the bitmap cost ``c`` plus Eq. 8's margin, so Eq. 8 picks ``k = 0`` (no compression);
+``tests/embed/test_compress.py`` prints both.
+
+**Size (Eq. 6), exactly.** With ``N`` walks, ``T`` tokens of which ``H = F_k T`` are hot,
+padded length ``L`` and ``B = ceil(L / 8)`` bytes per bitmap::
+
+    S(k) = 4 (T - H) + 4 N k + N k B          (scope="walk"; 4k instead of 4Nk for "corpus")
+    S_0  = 4 T
+
+(:func:`eq6_bytes`); ``CompressedWalks.nbytes`` equals it, byte for byte. For full-length walks
+(``T = NL``) and ``L`` a multiple of 8 this is the seed's ``4NL(1 - F_k) + 4Nk + NkL/8`` and the
+ratio ``S(k) / S_0`` is Eq. 7, ``g(k) = 1 - F_k + k/L + k/32``. The lengths (``4N`` bytes)
+travel with both the raw and the compressed corpus and are counted in neither.
+
+**Choice of k (Eq. 8)** (:func:`choose_k`): starting from ``k = 0`` (``g(0) = 1``), add the
+``(k+1)``-th rank while ``p(k+1) >= c + 0.1 g(k)``, i.e. while it cuts the ratio by at least
+10 % of its current value, with ``c`` the per-rank overhead ``(4 + B) / (4 Lbar)`` (``Lbar =
+T / N``), which is the seed's ``c = 1/L + 1/32`` for full-length walks with ``8 | L``; then
+``g(k+1) = g(k) - p(k+1) + c``. The seed's "largest ``k`` satisfying" the condition is read
+as the expansion its text describes (FaBC "expands the compression target set only when the
+``(k+1)``-th node provides sufficient marginal benefit"): the first rank that fails stops it.
+A later rank can pass again only when ``p`` stays nearly flat (``c + g/11 <= p < c + g/10``);
+the greedy rule then stops earlier.
+
+The public FeLoG code built, measured and discarded the compressed corpus; here it is the data
+that reaches the device (:class:`WalkCodec`, the ``compress`` option of
+:func:`jaxgraph.embed.run.embed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Literal
+
+import jax
+import numpy as np
+from numba import njit, prange
+
+from jaxgraph.embed.walks import PAD, Walks
+
+Scope = Literal["walk", "corpus"]
+SCOPES = ("walk", "corpus")
+ID_BYTES = 4
+_PROFILE_CHUNK = 1 << 16  # walks per block of the per-walk rank profile
+
+
+def _check_scope(scope) -> str:
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    return scope
+
+
+def _check_walks(walks: Walks) -> tuple[np.ndarray, np.ndarray]:
+    nodes = np.asarray(walks.nodes)
+    lengths = np.asarray(walks.lengths)
+    if nodes.ndim != 2 or lengths.shape != nodes.shape[:1]:
+        raise ValueError(
+            f"walks need nodes [W, L] and lengths [W], got {nodes.shape} and {lengths.shape}"
+        )
+    if lengths.size and (lengths.min() < 0 or lengths.max() > nodes.shape[1]):
+        raise ValueError(f"walk lengths must lie in [0, {nodes.shape[1]}]")
+    nodes = np.ascontiguousarray(nodes, np.int32)
+    lengths = np.ascontiguousarray(lengths, np.int32)
+    valid = np.arange(nodes.shape[1])[None, :] < lengths[:, None]
+    if (nodes[valid] < 0).any():
+        raise ValueError("walk tokens (inside the lengths) must be node ids >= 0")
+    return nodes, lengths
+
+
+def bitmap_bytes(walk_length: int) -> int:
+    """``B = ceil(L / 8)``: bytes of one walk's bitmap for one hot id."""
+    return -(-int(walk_length) // 8)
+
+
+# ---------------------------------------------------------------------- the container
+
+
+@dataclasses.dataclass(frozen=True)
+class CompressedWalks:
+    """A FaBC-compressed walk corpus (a pytree; ``walk_length`` is static metadata).
+
+    Attributes:
+      hot_ids: ``int32[W, k]`` each walk's hot ids (``scope="walk"``), or ``int32[1, k]`` the
+        corpus-wide hot ids shared by every walk (``scope="corpus"``); ``-1`` marks an unused
+        slot (its bitmap is empty).
+      bitmaps: ``uint8[W, k, B]``, ``B = ceil(L / 8)``: bit ``j % 8`` of byte ``j // 8`` of
+        ``bitmaps[w, s]`` is set iff position ``j < lengths[w]`` of walk ``w`` holds
+        ``hot_ids[w, s]`` (least significant bit first; bits at or past the length are 0; the
+        ``k`` bitmaps of a walk are disjoint).
+      residual: ``int32[R]`` the non-hot tokens of all walks, walk after walk, each walk's in
+        position order; ``R = T - H``.
+      lengths: ``int32[W]`` walk lengths (``0 <= lengths <= L``).
+      walk_length: ``L``, the padded length of the decoded walks.
+    """
+
+    hot_ids: np.ndarray
+    bitmaps: np.ndarray
+    residual: np.ndarray
+    lengths: np.ndarray
+    walk_length: int
+
+    @property
+    def num_walks(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def k(self) -> int:
+        return int(self.hot_ids.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the compressed payload (hot ids, bitmaps, residual): Eq. 6's ``S(k)``."""
+        return int(self.hot_ids.nbytes + self.bitmaps.nbytes + self.residual.nbytes)
+
+    def residual_offsets(self) -> np.ndarray:
+        """``int64[W + 1]``: walk ``w``'s residual is ``residual[off[w]:off[w + 1]]``."""
+        bits = np.unpackbits(np.asarray(self.bitmaps), axis=-1).sum(axis=(1, 2))
+        off = np.zeros(self.num_walks + 1, np.int64)
+        np.cumsum(np.asarray(self.lengths, np.int64) - bits, out=off[1:])
+        return off
+
+
+jax.tree_util.register_dataclass(
+    CompressedWalks,
+    data_fields=["hot_ids", "bitmaps", "residual", "lengths"],
+    meta_fields=["walk_length"],
+)
+
+
+# ---------------------------------------------------------------------- profile and k
+
+
+def raw_bytes(walks: Walks) -> int:
+    """``S_0 = 4 T``: the uncompressed tokens (padding and lengths excluded)."""
+    return ID_BYTES * int(np.asarray(walks.lengths, np.int64).sum())
+
+
+def eq6_bytes(
+    num_walks: int,
+    num_tokens: int,
+    hot_tokens: int,
+    k: int,
+    walk_length: int,
+    scope: Scope = "walk",
+) -> int:
+    """Eq. 6, exact: ``4 (T - H) + 4 N k + N k ceil(L / 8)`` (``4 k`` ids for ``"corpus"``).
+
+    Args:
+      num_walks: ``N``.
+      num_tokens: ``T``, tokens of all walks.
+      hot_tokens: ``H = F_k T``, the tokens the ``k`` hot ids cover.
+      k: hot ids (slots) per walk.
+      walk_length: ``L``, the padded walk length (bitmap bits).
+      scope: ``"walk"`` (ids per walk) or ``"corpus"`` (ids once).
+    """
+    ids = k if _check_scope(scope) == "corpus" else num_walks * k
+    return (
+        ID_BYTES * (num_tokens - hot_tokens)
+        + ID_BYTES * ids
+        + num_walks * k * bitmap_bytes(walk_length)
+    )
+
+
+def frequency_profile(walks: Walks, scope: Scope = "walk") -> np.ndarray:
+    """The sorted normalized frequencies ``p(1) >= p(2) >= ...`` (see the module docstring).
+
+    Returns:
+      ``float64[M]`` summing to 1 (empty for an empty corpus): per-walk ranks (``M = L``,
+      trailing zeros kept) for ``"walk"``, node frequencies (``M`` = distinct ids) for
+      ``"corpus"``.
+    """
+    nodes, lengths = _check_walks(walks)
+    total = int(lengths.astype(np.int64).sum())
+    if _check_scope(scope) == "corpus":
+        if total == 0:
+            return np.zeros(0)
+        counts = np.bincount(nodes[np.arange(nodes.shape[1])[None, :] < lengths[:, None]])
+        counts = np.sort(counts[counts > 0])[::-1]
+        return counts / total
+    if total == 0:
+        return np.zeros(nodes.shape[1])
+    summed = np.zeros(nodes.shape[1], np.int64)
+    for lo in range(0, nodes.shape[0], _PROFILE_CHUNK):  # bounds the [chunk, L] buffer
+        ranked = np.zeros((min(_PROFILE_CHUNK, nodes.shape[0] - lo), nodes.shape[1]), np.int64)
+        _rank_counts_kernel(
+            nodes[lo : lo + ranked.shape[0]], lengths[lo : lo + ranked.shape[0]], ranked
+        )
+        summed += ranked.sum(axis=0)
+    return summed / total
+
+
+def rank_overhead(walk_length: int, mean_length: float) -> float:
+    """``c = (4 + ceil(L / 8)) / (4 Lbar)``: the ratio one more hot rank costs (ids + bitmaps);
+    ``1/L + 1/32`` for full-length walks with ``8 | L``."""
+    return (ID_BYTES + bitmap_bytes(walk_length)) / (ID_BYTES * mean_length)
+
+
+def predicted_ratio(profile: np.ndarray, k: int, walk_length: int, mean_length: float) -> float:
+    """Eq. 7: ``g(k) = 1 - F_k + k c`` (``scope="walk"``; exact for the bytes of :func:`encode`
+    up to the rounding of ``F_k``)."""
+    f_k = float(np.sum(profile[:k]))
+    return 1.0 - f_k + k * rank_overhead(walk_length, mean_length)
+
+
+def choose_k(
+    profile: np.ndarray, walk_length: int, mean_length: float, *, k_max: int | None = None
+) -> int:
+    """Eq. 8: the number of hot ranks (see the module docstring).
+
+    Args:
+      profile: :func:`frequency_profile` (non-increasing).
+      walk_length: ``L`` (bitmap bits).
+      mean_length: ``Lbar = T / N`` (``L`` for full-length walks).
+      k_max: an upper bound on ``k`` (None: none).
+
+    Returns:
+      ``k >= 0``; 0 means that no rank pays for its bitmap.
+    """
+    if mean_length <= 0:
+        return 0
+    c = rank_overhead(walk_length, mean_length)
+    limit = len(profile) if k_max is None else min(len(profile), k_max)
+    k, g = 0, 1.0
+    while k < limit and profile[k] >= c + 0.1 * g:
+        g = g - float(profile[k]) + c
+        k += 1
+    return k
+
+
+def corpus_hot_ids(walks: Walks, k: int) -> np.ndarray:
+    """The ``k`` most frequent ids of the corpus (ties: the smaller id), ``int32[k]``; fewer when
+    the corpus has fewer distinct ids."""
+    nodes, lengths = _check_walks(walks)
+    tokens = nodes[np.arange(nodes.shape[1])[None, :] < lengths[:, None]]
+    if tokens.size == 0 or k <= 0:
+        return np.zeros(0, np.int32)
+    counts = np.bincount(tokens)
+    order = np.lexsort((np.arange(counts.size), -counts))  # count desc, then id asc
+    order = order[counts[order] > 0]
+    return order[:k].astype(np.int32)
+
+
+# ---------------------------------------------------------------------- encode / decode
+
+
+def encode(
+    walks: Walks, k: int, *, scope: Scope = "walk", hot_ids: np.ndarray | None = None
+) -> CompressedWalks:
+    """Compresses ``walks`` with ``k`` hot ids (per walk, or corpus-wide).
+
+    Args:
+      walks: padded walks; tokens inside the lengths must be ids ``>= 0``.
+      k: hot slots (``>= 0``). ``k = 1, scope="walk"`` is the public FeLoG code's per-walk
+        top-1 (with exact byte accounting).
+      scope: ``"walk"`` (each walk's own top-``k`` ids) or ``"corpus"``.
+      hot_ids: ``"corpus"`` only: the hot ids to use (e.g. fixed from the first round's profile,
+        as the seed reuses its configuration); default: this corpus's top-``k``. At most ``k``
+        distinct ids ``>= 0``; missing slots are filled with ``-1``.
+
+    Returns:
+      :class:`CompressedWalks` with ``nbytes`` equal to :func:`eq6_bytes`.
+
+    Raises:
+      ValueError: negative ``k``, an unknown scope, malformed walks or ``hot_ids``.
+    """
+    nodes, lengths = _check_walks(walks)
+    scope = _check_scope(scope)
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    w, length = nodes.shape
+    if scope == "walk":
+        if hot_ids is not None:
+            raise ValueError("hot_ids applies to scope='corpus' only")
+        ids = np.full((w, k), PAD, np.int32)
+        if k:
+            _walk_topk_kernel(nodes, lengths, ids)
+    else:
+        chosen = corpus_hot_ids(walks, k) if hot_ids is None else np.asarray(hot_ids)
+        if chosen.ndim != 1 or chosen.size > k or (chosen < 0).any():
+            raise ValueError(f"hot_ids must be at most k={k} ids >= 0, got {chosen!r}")
+        if np.unique(chosen).size != chosen.size:
+            raise ValueError("hot_ids must be distinct")
+        ids = np.full((1, k), PAD, np.int32)
+        ids[0, : chosen.size] = chosen
+    walk_ids = np.ascontiguousarray(np.broadcast_to(ids, (w, k)))
+    per_walk = np.zeros(w, np.int64)
+    bitmaps = np.zeros((w, k, bitmap_bytes(length)), np.uint8)
+    empty = np.zeros(0, np.int32)
+    _encode_kernel(nodes, lengths, walk_ids, True, per_walk, bitmaps, empty)
+    offsets = np.zeros(w + 1, np.int64)
+    np.cumsum(per_walk, out=offsets[1:])
+    residual = np.empty(offsets[-1], np.int32)
+    _encode_kernel(nodes, lengths, walk_ids, False, offsets, bitmaps, residual)
+    return CompressedWalks(ids, bitmaps, residual, lengths.copy(), int(length))
+
+
+def decode_host(compressed: CompressedWalks) -> Walks:
+    """The NumPy inverse of :func:`encode`: ``decode_host(encode(w)) == w`` (padding ``-1``)."""
+    c = compressed
+    w, length = c.num_walks, c.walk_length
+    nodes = np.full((w, length), PAD, np.int32)
+    lengths = np.asarray(c.lengths, np.int32)
+    if w == 0:
+        return Walks(nodes, lengths.copy())
+    bits = np.unpackbits(np.asarray(c.bitmaps), axis=-1, bitorder="little")[..., :length]
+    bits = bits.astype(bool)  # [W, k, L]
+    in_walk = np.arange(length)[None, :] < lengths[:, None]
+    hot = bits.any(axis=1) & in_walk
+    if c.k:
+        ids = np.broadcast_to(np.asarray(c.hot_ids), (w, c.k))
+        slot = bits.argmax(axis=1)
+        nodes[hot] = np.take_along_axis(ids, slot, axis=1)[hot]
+    nodes[in_walk & ~hot] = np.asarray(c.residual)  # row-major order = walk, then position
+    return Walks(nodes, lengths.copy())
+
+
+def decode_on_device(
+    compressed: CompressedWalks, *, backend=None, interpret: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """Decodes a (device) :class:`CompressedWalks` with :func:`pallas_kernels.bitmap.decode`.
+
+    Returns:
+      ``(nodes int32[W, L], lengths int32[W])`` on the device of the inputs.
+    """
+    from pallas_kernels.bitmap import decode
+
+    c = compressed
+    nodes = decode(
+        c.hot_ids,
+        c.bitmaps,
+        c.residual,
+        c.lengths,
+        walk_length=c.walk_length,
+        backend=backend,
+        interpret=interpret,
+    )
+    return nodes, c.lengths
+
+
+def compression_ratio(walks: Walks, k: int, scope: Scope = "walk") -> float:
+    """Measured ``S(k) / S_0`` of :func:`encode` (1.0 for an empty corpus)."""
+    raw = raw_bytes(walks)
+    return encode(walks, k, scope=scope).nbytes / raw if raw else 1.0
+
+
+def ratio_table(
+    walks: Walks, ks: tuple[int, ...] = (1, 2, 3), scope: Scope = "walk", *, k_max: int = 8
+) -> dict[str, float]:
+    """The seed's Table 6 for one corpus: measured ratios of top-``k`` for ``ks`` and for the
+    ``k`` that Eq. 8 chooses.
+
+    Returns:
+      ``{"top1": ..., "top2": ..., "top3": ..., "chosen_k": k, "chosen": ratio,
+      "predicted_chosen": g(k)}`` (``"predicted_chosen"``: Eq. 7 from the profile).
+    """
+    profile = frequency_profile(walks, scope)
+    n = walks.num_walks
+    mean = walks.num_tokens / n if n else 0.0
+    length = int(np.asarray(walks.nodes).shape[1])
+    k = choose_k(profile, length, mean, k_max=k_max)
+    out: dict[str, float] = {f"top{j}": compression_ratio(walks, j, scope) for j in ks}
+    out["chosen_k"] = float(k)
+    out["chosen"] = compression_ratio(walks, k, scope)
+    out["predicted_chosen"] = predicted_ratio(profile, k, length, mean) if mean else 1.0
+    return out
+
+
+# ---------------------------------------------------------------------- run integration
+
+
+@dataclasses.dataclass(frozen=True)
+class FabcConfig:
+    """FaBC in an embedding run.
+
+    Attributes:
+      scope: ``"walk"`` (each walk's top-``k``; the seed's reading) or ``"corpus"`` (one hot
+        set, fixed from the first round's corpus).
+      k: hot ranks; None chooses it by Eq. 8 on the first round's corpus (then kept).
+      k_max: upper bound for the Eq. 8 choice.
+      interpret: decode with the Pallas kernel in interpret mode (CPU tests only).
+    """
+
+    scope: Scope = "walk"
+    k: int | None = None
+    k_max: int = 8
+    interpret: bool = False
+
+    def __post_init__(self):
+        _check_scope(self.scope)
+        if self.k is not None and self.k < 0:
+            raise ValueError(f"k must be >= 0 or None, got {self.k}")
+        if self.k_max < 0:
+            raise ValueError(f"k_max must be >= 0, got {self.k_max}")
+
+
+@dataclasses.dataclass
+class CodecStats:
+    """One round's transfer: ``raw_bytes`` (``S_0``), ``sent_bytes`` (``S(k)``), ``k`` and the
+    seconds of encode + transfer + decode."""
+
+    raw_bytes: int
+    sent_bytes: int
+    k: int
+    seconds: float
+
+
+class WalkCodec:
+    """Sends each round's walks to a device compressed and decodes them there.
+
+    The first corpus fixes ``k`` (Eq. 8 unless configured) and, for ``scope="corpus"``, the hot
+    ids; later rounds reuse them, as the seed does.
+
+    The trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) still builds its skip-gram
+    pairs on the host, so the decoded walks are read back from the device: the transfer is real
+    and measured, but it saves host -> device bytes only once pair generation moves to the
+    device.
+
+    Args:
+      config: :class:`FabcConfig`.
+      device: the device that receives and decodes the corpus (default: the first device).
+    """
+
+    def __init__(self, config: FabcConfig, device: jax.Device | None = None):
+        self.config = config
+        self.device = device if device is not None else jax.devices()[0]
+        self.k: int | None = config.k
+        self.hot_ids: np.ndarray | None = None
+
+    def encode(self, walks: Walks) -> CompressedWalks:
+        """Host side: the compressed corpus (profiling the first corpus it sees)."""
+        cfg = self.config
+        if self.k is None:
+            n = walks.num_walks
+            mean = walks.num_tokens / n if n else 0.0
+            profile = frequency_profile(walks, cfg.scope)
+            self.k = choose_k(profile, np.asarray(walks.nodes).shape[1], mean, k_max=cfg.k_max)
+        if cfg.scope == "corpus":
+            if self.hot_ids is None:
+                self.hot_ids = corpus_hot_ids(walks, self.k)
+            return encode(walks, self.k, scope="corpus", hot_ids=self.hot_ids)
+        return encode(walks, self.k, scope="walk")
+
+    def transfer(self, walks: Walks) -> tuple[Walks, CodecStats]:
+        """Encodes on the host, ``device_put``s the compressed arrays, decodes on the device.
+
+        Returns:
+          the decoded walks as host arrays (equal to ``walks``) and the round's
+          :class:`CodecStats`.
+        """
+        t0 = time.perf_counter()
+        compressed = self.encode(walks)
+        on_device = jax.device_put(compressed, self.device)
+        nodes, lengths = decode_on_device(on_device, interpret=self.config.interpret)
+        decoded = Walks(np.asarray(nodes), np.asarray(lengths))
+        stats = CodecStats(
+            raw_bytes(walks), compressed.nbytes, compressed.k, time.perf_counter() - t0
+        )
+        return decoded, stats
+
+
+# ---------------------------------------------------------------------- kernels
+
+
+@njit(cache=True)
+def _sorted_runs(row, n):
+    """Distinct ids of ``row[:n]`` and their counts, ordered by count desc, then id asc."""
+    toks = np.sort(row[:n])
+    ids = np.empty(n, np.int32)
+    cnt = np.empty(n, np.int64)
+    r = 0
+    for j in range(n):
+        if r > 0 and toks[j] == ids[r - 1]:
+            cnt[r - 1] += 1
+        else:
+            ids[r] = toks[j]
+            cnt[r] = 1
+            r += 1
+    order = np.argsort(-cnt[:r], kind="mergesort")  # stable: equal counts keep id order
+    return ids[:r][order], cnt[:r][order]
+
+
+@njit(parallel=True, cache=True)
+def _rank_counts_kernel(nodes, lengths, ranked):
+    for i in prange(nodes.shape[0]):
+        n = lengths[i]
+        if n == 0:
+            continue
+        _, cnt = _sorted_runs(nodes[i], n)
+        for s in range(cnt.shape[0]):
+            ranked[i, s] = cnt[s]
+
+
+@njit(parallel=True, cache=True)
+def _walk_topk_kernel(nodes, lengths, hot_ids):
+    k = hot_ids.shape[1]
+    for i in prange(nodes.shape[0]):
+        n = lengths[i]
+        if n == 0:
+            continue
+        ids, _ = _sorted_runs(nodes[i], n)
+        for s in range(min(k, ids.shape[0])):
+            hot_ids[i, s] = ids[s]
+
+
+@njit(parallel=True, cache=True)
+def _encode_kernel(nodes, lengths, hot_ids, count_only, offsets, bitmaps, residual):
+    """Counts residual tokens per walk into ``offsets[i]`` (``count_only``), or sets the bitmaps
+    and writes walk ``i``'s residual from ``offsets[i]`` on. ``hot_ids: int32[W, k]``."""
+    k = hot_ids.shape[1]
+    for i in prange(nodes.shape[0]):
+        pos = 0 if count_only else offsets[i]
+        for j in range(lengths[i]):
+            v = nodes[i, j]
+            slot = -1
+            for s in range(k):
+                if hot_ids[i, s] == v:
+                    slot = s
+                    break
+            if slot >= 0:
+                if not count_only:
+                    bitmaps[i, slot, j >> 3] |= np.uint8(1 << (j & 7))
+            else:
+                if not count_only:
+                    residual[pos] = v
+                pos += 1
+        if count_only:
+            offsets[i] = pos

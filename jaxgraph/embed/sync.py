@@ -1,0 +1,244 @@
+"""Selective table synchronization: hotspot-aware (HaSyn, FeLoG §5.2.3) and a random baseline.
+
+The data-parallel trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) keeps one replica
+of ``syn0`` and ``syn1`` per device and merges them every ``sync_every`` steps with a
+:class:`~jaxgraph.embed.skipgram.TableSync`. :class:`~jaxgraph.embed.skipgram.AllSync` merges
+every row; the syncs here merge a few rows chosen on the host before each sync:
+
+* :class:`HotspotSync` (HaSyn). Hotness is the number of **real updates** a node's rows have
+  received, counted by the trainer from the pairs it trained (``SkipGramTrainer.update_counts``:
+  one per pair in which the node is the input row of ``syn0`` and one per pair in which it is the
+  positive output row of ``syn1``; negatives are drawn on the device and not counted), over the
+  whole run (``counts="total"``, the seed's frequencies "observed in the training data") or the
+  current round only (``counts="round"``: hotness since the last full merge, fewer distinct
+  values, so fewer rows). The public FeLoG code used the degree instead. Nodes are sorted by
+  count (descending; ties by id) and cut into blocks ``B_f = {v : f(v) = f}`` of equal count,
+  and one node is drawn uniformly from every block, **the last block included** (DistGER skips
+  it): ``|F|`` rows, one per distinct count. A node of block ``B_f`` is synced with probability
+  ``1 / |B_f|``: the hot nodes, whose counts are nearly unique, are synced almost every time;
+  the cold ones, which share counts, rarely.
+* :class:`RandomSync`: the same number of rows (or a fixed number), drawn uniformly without
+  replacement from all nodes; the seed's baseline "under the same synchronization size".
+
+Both sync **both tables** (the public code synced ``syn0`` only) and, every ``full_every``-th
+periodic sync, all rows (a full merge), so that no row's replicas stay apart for more than
+``full_every`` sync periods; the trainer also merges everything at the end of each round.
+
+**Same selection everywhere.** The rows are drawn on the host from a generator keyed by
+``(trainer seed, sync index)`` and passed to the device program as one replicated index array,
+so every replica merges the same rows. (A multi-process run would need the same counts on every
+process, e.g. all-reduced, for the keyed draw to agree; not done here.)
+
+**Device program** (:func:`merge_selected_rows`, under ``shard_map``): gather the selected rows
+``[C, d]`` of each table, ``pmean`` them (or ``anchor + psum(delta)`` for ``merge="sum"``) and
+scatter them back; unselected rows are not touched. To bound recompilations the index array is
+padded to ``C``, ``|F|`` rounded up to a multiple of ``next_pow2(|F|) / 16`` (fewer than
+``|F| / 8`` extra rows; at most 16 sizes per octave), by repeating its first entry (a repeated
+row is merged and written twice with the same value). The collective moves ``C`` rows per
+table, and :class:`SyncPlan` reports exactly those ``2C`` rows; :func:`sync_bytes` converts rows
+to bytes. A selection of all ``N`` rows, or one whose padded size reaches ``N``, is a full merge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxgraph.embed.skipgram import Merge, Tables
+
+_PURPOSE_SYNC = 5  # host-stream purpose (jaxgraph.embed._hostrng uses 1..4)
+
+
+class SyncPlan(NamedTuple):
+    """What one selective sync merges.
+
+    Attributes:
+      index: ``int32[C]`` rows to merge in both tables, padded to ``C`` by repeating
+        ``index[0]``; None: every row (a full merge).
+      selected: distinct nodes chosen (``|F|`` for :class:`HotspotSync`; ``N`` for a full merge).
+      rows: rows of both tables that the collective all-reduces (``2C``, or ``2N``).
+    """
+
+    index: np.ndarray | None
+    selected: int
+    rows: int
+
+
+def sync_bytes(rows: int, dim: int, itemsize: int = 4) -> int:
+    """Bytes one replica contributes to an all-reduce of ``rows`` rows of ``dim`` values."""
+    return rows * dim * itemsize
+
+
+def hotspot_blocks(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes sorted by count (descending, ties by id) and the start of every equal-count block.
+
+    Returns:
+      ``(order int64[N], starts int64[|F| + 1])``: block ``b`` is
+      ``order[starts[b]:starts[b + 1]]``, all with the same count; ``starts[-1] = N``.
+    """
+    counts = np.asarray(counts)
+    order = np.lexsort((np.arange(counts.size), -counts))
+    sorted_counts = counts[order]
+    starts = np.flatnonzero(np.diff(sorted_counts)) + 1
+    return order, np.concatenate([[0], starts, [counts.size]]).astype(np.int64)
+
+
+def select_hotspots(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One node drawn uniformly from every equal-count block, hottest block first.
+
+    Returns:
+      ``int32[|F|]``, ``|F|`` the number of distinct counts (empty for ``N = 0``).
+    """
+    order, starts = hotspot_blocks(counts)
+    if order.size == 0:
+        return np.zeros(0, np.int32)
+    sizes = np.diff(starts)
+    pick = starts[:-1] + np.minimum((rng.random(sizes.size) * sizes).astype(np.int64), sizes - 1)
+    return order[pick].astype(np.int32)
+
+
+def padded_size(n: int) -> int:
+    """``n`` rounded up to a multiple of ``next_pow2(n) / 16`` (``n >= 1``)."""
+    quantum = max(1, (1 << max(0, n - 1).bit_length()) // 16)
+    return -(-n // quantum) * quantum
+
+
+def _rng(seed: int, sync_index: int) -> np.random.Generator:
+    return np.random.default_rng([seed, _PURPOSE_SYNC, sync_index])
+
+
+def _plan(index: np.ndarray, num_nodes: int) -> SyncPlan:
+    cap = padded_size(index.size) if index.size else num_nodes
+    if cap >= num_nodes:
+        return SyncPlan(None, num_nodes, 2 * num_nodes)
+    padded = np.full(cap, index[0], np.int32)
+    padded[: index.size] = index
+    return SyncPlan(padded, int(index.size), 2 * cap)
+
+
+def merge_selected_rows(
+    tables: Tables, anchor: Tables | None, index: jax.Array, merge: Merge, *, axis_name: str
+) -> tuple[Tables, Tables | None]:
+    """Merges rows ``index`` of both tables across ``axis_name``; other rows are unchanged.
+
+    ``"mean"``: ``t[index] <- pmean(t[index])``. ``"sum"``: ``t[index] <- a[index] +
+    psum(t[index] - a[index])`` and the anchor rows likewise (see
+    :func:`jaxgraph.embed.skipgram.merge_rows`).
+
+    Shapes (per device):
+      ``Tables(f32[N, d], f32[N, d])``, the anchor the same (or None), ``index: int32[C]``
+      (replicated) -> same; the collective moves ``f32[C, d]`` per table.
+    """
+    if merge == "mean":
+        new = Tables(*(t.at[index].set(jax.lax.pmean(t[index], axis_name)) for t in tables))
+        return new, anchor
+    if anchor is None:
+        raise ValueError("merge='sum' needs the anchor tables")
+    merged = [
+        a[index] + jax.lax.psum(t[index] - a[index], axis_name)  # f32[C, d]
+        for t, a in zip(tables, anchor, strict=True)
+    ]
+    new = Tables(*(t.at[index].set(m) for t, m in zip(tables, merged, strict=True)))
+    new_anchor = Tables(*(a.at[index].set(m) for a, m in zip(anchor, merged, strict=True)))
+    return new, new_anchor
+
+
+@dataclasses.dataclass(frozen=True)
+class _SelectiveSync:
+    merge: Merge = "mean"
+    full_every: int | None = 32
+    counts: Literal["total", "round"] = "total"
+
+    def __post_init__(self):
+        if self.merge not in ("mean", "sum"):
+            raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+        if self.counts not in ("total", "round"):
+            raise ValueError(f"counts must be 'total' or 'round', got {self.counts!r}")
+        if self.full_every is not None and self.full_every < 1:
+            raise ValueError(f"full_every must be >= 1 or None, got {self.full_every}")
+
+    @property
+    def needs_anchor(self) -> bool:
+        return self.merge == "sum"
+
+    def is_full(self, sync_index: int) -> bool:
+        """Whether periodic sync number ``sync_index`` (0-based) merges every row."""
+        return self.full_every is not None and (sync_index + 1) % self.full_every == 0
+
+    def select(self, update_counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+    def plan(
+        self,
+        update_counts: np.ndarray,
+        round_update_counts: np.ndarray,
+        sync_index: int,
+        seed: int,
+    ) -> SyncPlan:
+        """The rows of periodic sync number ``sync_index`` (host side; deterministic in its
+        arguments).
+
+        Args:
+          update_counts: ``int64[N]`` updates per node in the run so far
+            (``SkipGramTrainer.update_counts``).
+          round_update_counts: ``int64[N]`` the same in the current round.
+          sync_index: periodic syncs before this one (0-based, over the whole run).
+          seed: the trainer's seed; with ``sync_index`` it keys the draw.
+        """
+        counts = np.asarray(update_counts if self.counts == "total" else round_update_counts)
+        n = int(counts.shape[0])
+        if self.is_full(sync_index):
+            return SyncPlan(None, n, 2 * n)
+        return _plan(self.select(counts, _rng(seed, sync_index)), n)
+
+    def __call__(self, tables, anchor, index, *, axis_name):
+        return merge_selected_rows(tables, anchor, index, self.merge, axis_name=axis_name)
+
+    def rows(self, num_nodes: int) -> int:
+        """An upper bound (a full merge); the trainer counts each :class:`SyncPlan`'s rows."""
+        return 2 * num_nodes
+
+
+@dataclasses.dataclass(frozen=True)
+class HotspotSync(_SelectiveSync):
+    """HaSyn: one node per block of equal update count, both tables (see the module docstring).
+
+    Attributes:
+      merge: ``"mean"`` (averaging, as FeLoG) or ``"sum"`` (see
+        :func:`jaxgraph.embed.skipgram.merge_rows`).
+      full_every: every ``full_every``-th periodic sync merges all rows, so no row stays
+        unmerged for more than ``full_every`` sync periods; None: only the round-end merge.
+      counts: hotness from the update counts of the whole run (``"total"``) or of the current
+        round (``"round"``).
+    """
+
+    def select(self, update_counts, rng):
+        return select_hotspots(update_counts, rng)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomSync(_SelectiveSync):
+    """RandomSync: rows drawn uniformly without replacement.
+
+    Attributes:
+      merge, full_every, counts: as :class:`HotspotSync`.
+      num_rows: nodes per sync; None: as many as :class:`HotspotSync` would pick from the same
+        counts (the number of distinct update counts).
+    """
+
+    num_rows: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_rows is not None and self.num_rows < 1:
+            raise ValueError(f"num_rows must be >= 1 or None, got {self.num_rows}")
+
+    def select(self, update_counts, rng):
+        n = update_counts.shape[0]
+        size = self.num_rows
+        if size is None:
+            size = hotspot_blocks(update_counts)[1].size - 1
+        return np.sort(rng.choice(n, size=min(size, n), replace=False)).astype(np.int32)

@@ -1,0 +1,225 @@
+"""Selective table syncs (HaSyn and RandomSync): block construction and keyed selection on the host,
+exact row merging on 4 and 8 devices (rank-coded tables), the staleness bound of the periodic
+full merge, byte accounting, and the trainer's update counts."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed.corpus import keep_probability, skipgram_pairs
+from jaxgraph.embed.skipgram import (
+    AllSync,
+    SkipGramConfig,
+    SkipGramTrainer,
+    Tables,
+    indexed_sync_program,
+)
+from jaxgraph.embed.sync import (
+    HotspotSync,
+    RandomSync,
+    SyncPlan,
+    hotspot_blocks,
+    padded_size,
+    select_hotspots,
+    sync_bytes,
+)
+from jaxgraph.embed.walks import WalkConfig, random_walks
+from jaxgraph.mesh import make_mesh
+
+from graph_cases import power_law
+
+AXIS = "parts"
+# Trainer shapes of test_skipgram.py, to reuse its compilations.
+N, DIM, BATCH, NEG, BUFFER = 300, 8, 16, 2, 4
+
+
+def test_padded_sizes():
+    assert [padded_size(n) for n in (1, 2, 3, 16, 17, 33, 1715)] == [1, 2, 3, 16, 18, 36, 1792]
+    for n in range(1, 5000):
+        assert n <= padded_size(n) <= n + n // 8
+
+
+def test_blocks_are_maximal_equal_count_runs():
+    counts = np.array([5, 3, 3, 9, 0, 0, 0, 3])
+    order, starts = hotspot_blocks(counts)
+    blocks = [sorted(order[a:b].tolist()) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    assert blocks == [[3], [0], [1, 2, 7], [4, 5, 6]]
+
+
+def test_one_node_per_block_uniformly_including_the_last():
+    counts = np.array([5, 3, 3, 9, 0, 0, 0, 3, 0, 0])
+    rng = np.random.default_rng(0)
+    draws = np.array([select_hotspots(counts, rng) for _ in range(4000)])  # [4000, |F|]
+    assert draws.shape == (4000, 4)
+    np.testing.assert_array_equal(draws[:, 0], 3)  # singleton blocks: synced every time
+    np.testing.assert_array_equal(draws[:, 1], 0)
+    assert set(np.unique(draws[:, 2])) == {1, 2, 7}
+    assert set(np.unique(draws[:, 3])) == {4, 5, 6, 8, 9}  # the last (coldest) block too
+    for col, size in ((2, 3), (3, 5)):
+        freq = np.unique(draws[:, col], return_counts=True)[1] / len(draws)
+        np.testing.assert_allclose(freq, 1 / size, atol=0.03)
+
+
+def test_plans_are_keyed_padded_and_accounted():
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 40, 300)
+    distinct = np.unique(counts).size
+    sync = HotspotSync(full_every=None)
+    plan = sync.plan(counts, counts, 3, 7)
+    again = sync.plan(counts, counts, 3, 7)  # any process computes the same rows from the same key
+    np.testing.assert_array_equal(plan.index, again.index)
+    assert not np.array_equal(plan.index, sync.plan(counts, counts, 4, 7).index)
+    assert plan.selected == distinct
+    cap = plan.index.size
+    assert cap == padded_size(distinct) and plan.rows == 2 * cap
+    np.testing.assert_array_equal(plan.index[distinct:], plan.index[0])  # padding repeats
+    assert np.unique(counts[plan.index[:distinct]]).size == distinct  # one per block
+    assert sync_bytes(plan.rows, 128) == 2 * cap * 128 * 4
+
+    rand = RandomSync(full_every=None).plan(counts, counts, 3, 7)
+    assert rand.selected == plan.selected and rand.rows == plan.rows  # same sync size
+    assert np.unique(rand.index[: rand.selected]).size == rand.selected
+    fixed = RandomSync(num_rows=10, full_every=None).plan(counts, counts, 0, 7)
+    assert fixed.selected == fixed.index.size == 10
+    # Hotness of the round only: the blocks come from the round's counts.
+    round_counts = counts % 3
+    by_round = HotspotSync(full_every=None, counts="round").plan(counts, round_counts, 3, 7)
+    assert by_round.selected == 3 and np.unique(round_counts[by_round.index]).size == 3
+    # Every node distinct: the selection would be every row, so the plan is a full merge.
+    assert sync.plan(np.arange(50), np.arange(50), 0, 0) == SyncPlan(None, 50, 100)
+
+
+def test_full_every_bounds_staleness():
+    """No node goes more than ``full_every`` periodic syncs without being merged."""
+    counts = np.repeat(np.arange(20), 15)  # 300 nodes in 20 blocks: cold nodes rarely drawn
+    for full_every in (1, 3, 5):
+        sync = HotspotSync(full_every=full_every)
+        last = np.full(counts.size, -1)
+        for i in range(40):
+            plan = sync.plan(counts, counts, i, 0)
+            assert (plan.index is None) == ((i + 1) % full_every == 0)
+            if plan.index is None:
+                last[:] = i
+            else:
+                last[plan.index] = i
+            assert (i - last).max() < full_every
+    assert HotspotSync(full_every=None).plan(counts, counts, 99, 0).index is not None
+
+
+@pytest.mark.parametrize("num_parts", [4, 8])
+@pytest.mark.parametrize("merge", ["mean", "sum"])
+def test_selected_rows_are_merged_exactly_and_others_untouched(num_parts, merge):
+    n, d = 64, 4
+    mesh = make_mesh(num_parts, AXIS)
+    rep = np.arange(num_parts, dtype=np.float32)[:, None, None]
+    rows = np.arange(n, dtype=np.float32)[None, :, None]
+    cols = np.arange(d, dtype=np.float32)[None, None, :]
+    # Rank-coded: replica p holds 1000 p + 10 v + c (syn1 shifted), so a misrouted row shows.
+    syn0 = 1000 * rep + 10 * rows + cols
+    syn1 = syn0 + 0.5
+    counts = np.random.default_rng(2).integers(0, 9, n)
+    sync = HotspotSync(merge=merge, full_every=None)
+    plan = sync.plan(counts, counts, 0, 0)
+    chosen = np.unique(plan.index)
+    assert chosen.size == plan.selected == np.unique(counts).size
+    shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+    tables = jax.device_put(Tables(syn0, syn1), shard)
+    anchor = None
+    if merge == "sum":
+        anchor = jax.device_put(Tables(syn0 * 0 + 7.0, syn1 * 0 - 3.0), shard)
+    program = indexed_sync_program(mesh, AXIS, sync)
+    new, new_anchor = program(tables, anchor, jax.device_put(plan.index))
+    for before, after, a in zip((syn0, syn1), new, (7.0, -3.0), strict=True):
+        after = np.asarray(after)
+        if merge == "mean":
+            expect = before[:, chosen].mean(axis=0)
+        else:
+            expect = a + (before[:, chosen] - a).sum(axis=0)
+        for p in range(num_parts):  # every replica: the same merged rows
+            np.testing.assert_array_equal(after[p, chosen], expect)
+        others = np.setdiff1d(np.arange(n), chosen)
+        np.testing.assert_array_equal(after[:, others], before[:, others])
+        # The rows on which the replicas agree are exactly the selected ones.
+        agree = np.flatnonzero((after == after[:1]).all(axis=(0, 2)))
+        np.testing.assert_array_equal(agree, chosen)
+    if merge == "sum":
+        for tab, anc in zip(new, new_anchor, strict=True):
+            np.testing.assert_array_equal(np.asarray(anc)[:, chosen], np.asarray(tab)[:, chosen])
+            others = np.setdiff1d(np.arange(n), chosen)
+            assert np.isin(np.asarray(anc)[:, others], (7.0, -3.0)).all()
+
+
+def _walks_and_config():
+    g = power_law()
+    walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=BUFFER)
+    return g, walks, cfg
+
+
+def test_trainer_counts_real_updates_and_accounts_sync_rows():
+    g, walks, cfg = _walks_and_config()
+    mesh = make_mesh(4, AXIS)
+    tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3, sync=HotspotSync(full_every=3))
+    plans = []
+    tr.sync = _Recording(tr.sync, plans)  # same program (bound before), records each plan
+    st = tr.train_round(walks, 0)
+    # Update counts: one per pair as input (syn0) and one as positive output (syn1), of
+    # exactly the pairs trained (the round's pairs are a multiset independent of the split).
+    keep = keep_probability(tr.counts, cfg.sample)
+    key = hr.round_key(3, hr.PURPOSE_PAIRS, 0)
+    ins, outs = skipgram_pairs(walks, np.arange(walks.num_walks), keep, cfg.window, key)
+    expect = np.bincount(ins, minlength=N) + np.bincount(outs, minlength=N)
+    np.testing.assert_array_equal(tr.update_counts, expect)
+    assert tr.update_counts.sum() == 2 * st.pairs
+    assert len(plans) == st.syncs - 1 == tr.periodic_syncs > 3
+    assert st.sync_rows == sum(p.rows for p in plans) + 2 * N
+    assert st.sync_rows < st.syncs * 2 * N
+    assert [p.index is None for p in plans[:3]] == [False, False, True]
+    for t in tr.replicas():  # the round-end merge leaves one table
+        np.testing.assert_array_equal(np.asarray(t), np.broadcast_to(t[:1], t.shape))
+
+
+def test_full_every_one_equals_allsync_and_random_sync_runs():
+    g, walks, cfg = _walks_and_config()
+    mesh = make_mesh(2, AXIS)
+    out = {}
+    for name, sync in {
+        "all": AllSync(),
+        "hot1": HotspotSync(full_every=1),
+        "random": RandomSync(full_every=None),
+    }.items():
+        tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3, sync=sync)
+        st = tr.train_round(walks, 0)
+        out[name] = (tr.embeddings()[0], st)
+    np.testing.assert_array_equal(out["hot1"][0], out["all"][0])
+    assert out["hot1"][1].sync_rows == out["all"][1].sync_rows == out["all"][1].syncs * 2 * N
+    assert out["random"][1].sync_rows < out["all"][1].sync_rows
+    assert np.isfinite(out["random"][0]).all()
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="merge"):
+        HotspotSync(merge="max")
+    with pytest.raises(ValueError, match="full_every"):
+        HotspotSync(full_every=0)
+    with pytest.raises(ValueError, match="num_rows"):
+        RandomSync(num_rows=0)
+    with pytest.raises(ValueError, match="counts must be"):
+        HotspotSync(counts="degree")
+
+
+class _Recording:
+    """Wraps a planned sync and records its plans (the trainer's programs are already bound)."""
+
+    def __init__(self, sync, plans):
+        self._sync, self._plans = sync, plans
+        self.merge, self.needs_anchor = sync.merge, sync.needs_anchor
+
+    def plan(self, *args):
+        plan = self._sync.plan(*args)
+        self._plans.append(plan)
+        return plan
+
+    def rows(self, num_nodes):
+        return self._sync.rows(num_nodes)
