@@ -53,10 +53,17 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--partition", choices=["metis", "random", "contiguous"])
     tp.add_argument(
         "--method",
-        help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), quant-random",
+        help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
+        "quant-random, adaqp (adaptive bit-widths)",
     )
     tp.add_argument(
         "--assign-period", type=int, help="epochs per bit assignment (default epochs/5)"
+    )
+    tp.add_argument("--lam", type=float, help="adaqp: weight of variance vs time, in [0, 1]")
+    tp.add_argument("--group-size", type=int, help="adaqp: messages per group")
+    tp.add_argument(
+        "--interconnect",
+        help="adaqp: cost-model preset pricing device-to-device transfers (e.g. 10gbe)",
     )
     tp.add_argument("--epochs", type=int)
     tp.add_argument("--seed", type=int)
@@ -123,6 +130,15 @@ def _train_config(args):
         for k, v in (("learning_rate", args.lr), ("weight_decay", args.weight_decay))
         if v is not None
     }
+    assign = {
+        k: v
+        for k, v in (
+            ("lam", args.lam),
+            ("group_size", args.group_size),
+            ("interconnect", args.interconnect),
+        )
+        if v is not None
+    }
     top = {
         k: v
         for k, v in (
@@ -144,6 +160,7 @@ def _train_config(args):
         data=dataclasses.replace(cfg.data, **data),
         model=dataclasses.replace(cfg.model, **model),
         optim=dataclasses.replace(cfg.optim, **optim),
+        assign=dataclasses.replace(cfg.assign, **assign),
         **top,
     )
 

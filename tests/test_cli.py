@@ -12,14 +12,20 @@ CONFIGS = sorted((Path(__file__).parents[1] / "experiments" / "configs").glob("*
 
 
 def test_two_epoch_training_run(tmp_path, capsys):
+    """Two epochs of adaptive quantization: epoch 2 runs on a solved assignment."""
     rc = main(["train", "--dataset", "sbm", "--nodes", "400", "--model", "sage", "--parts", "4",
-               "--epochs", "2", "--hidden", "16", "--no-progress", "--workdir", str(tmp_path)])
+               "--epochs", "2", "--hidden", "16", "--no-progress", "--workdir", str(tmp_path),
+               "--method", "adaqp", "--assign-period", "1", "--lam", "0.2", "--group-size", "8",
+               "--interconnect", "nvlink3:2:10gbe"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["epochs"] == 2 and summary["parts"] == 4 and summary["model"] == "sage"
+    assert summary["method"] == "adaqp" and summary["compiled_steps"] == 2
     assert 0.0 <= summary["test_at_best"] <= 1.0
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [1, 2]
+    assert "widths" not in lines[0] and set(lines[1]["widths"]) == {"fwd0", "fwd1", "bwd1"}
+    assert "10gbe across 2 hosts" in lines[1]["cost_model"]
 
 
 def test_partition_report_and_heatmap(tmp_path, capsys):
@@ -37,6 +43,8 @@ def test_partition_report_and_heatmap(tmp_path, capsys):
         (["train", "--dataset", "sbm", "--nodes", "300", "--parts", "16", "--epochs", "1"],
          "xla_force_host_platform_device_count"),
         (["train", "--config", "missing.toml"], "cannot read config file missing.toml"),
+        (["train", "--method", "adaqp", "--lam", "2"], "lam must lie in [0, 1], got 2"),
+        (["train", "--method", "adaqp", "--interconnect", "56k"], "unknown interconnect '56k'"),
     ],
 )
 def test_errors_exit_2_with_message(argv, message, capsys):

@@ -197,6 +197,50 @@ class HaloPlan:
         return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.round_rows, dtype=int)]))
 
 
+def _local_edge_arrays(
+    graph: Graph,
+    parts: np.ndarray,
+    local_index: np.ndarray,
+    edge_src_buf: np.ndarray,
+    num_parts: int,
+    num_rows: int,
+    pad_multiple: int,
+) -> dict[str, np.ndarray]:
+    """The padded per-device edge arrays of a plan (:class:`HaloPlan`'s ``edge_*``,
+    ``num_edges``, ``gcn_*`` and ``mean_edge_weight`` fields).
+
+    Each edge of ``graph`` belongs to its destination's part; its source is given as a buffer
+    row in ``edge_src_buf`` (``[E]``, aligned with :meth:`Graph.edges`). Real edges are sorted
+    by ``(destination row, source row)`` and precede the pad edges (source 0, destination
+    ``num_rows - 1``, weight 0).
+    """
+    src, dst = graph.edges()
+    edge_part = parts[dst].astype(np.int64)
+    edge_dst_local = local_index[dst]
+    ew, sw = graph.gcn_norm()
+    mw = graph.mean_norm()
+    eorder = np.lexsort((edge_src_buf, edge_dst_local, edge_part))
+    edge_part = edge_part[eorder]
+    epos, num_edges = _group_positions(edge_part, num_parts)
+    em = _round_up(max(int(num_edges.max(initial=0)), 1), pad_multiple)
+    out = {
+        "edge_src": np.zeros((num_parts, em), np.int32),
+        "edge_dst": np.full((num_parts, em), num_rows - 1, np.int32),
+        "edge_mask": np.zeros((num_parts, em), bool),
+        "gcn_edge_weight": np.zeros((num_parts, em), np.float32),
+        "mean_edge_weight": np.zeros((num_parts, em), np.float32),
+        "gcn_self_weight": np.zeros((num_parts, num_rows), np.float32),
+        "num_edges": num_edges.astype(np.int32),
+    }
+    out["edge_src"][edge_part, epos] = edge_src_buf[eorder]
+    out["edge_dst"][edge_part, epos] = edge_dst_local[eorder]
+    out["edge_mask"][edge_part, epos] = True
+    out["gcn_edge_weight"][edge_part, epos] = ew[eorder]
+    out["mean_edge_weight"][edge_part, epos] = mw[eorder]
+    out["gcn_self_weight"][parts, local_index] = sw
+    return out
+
+
 def build_halo_plan(
     graph: Graph, parts, *, num_parts: int | None = None, pad_multiple: int = 1
 ) -> HaloPlan:
@@ -282,7 +326,6 @@ def build_halo_plan(
 
     # ---- local edges: in-edges of each device's nodes, sources as buffer rows.
     edge_part = parts[dst].astype(np.int64)
-    edge_dst_local = local_index[dst]
     edge_src_buf = local_index[src].copy()
     if cut.any():
         halo_key = hp * n + hu
@@ -291,24 +334,7 @@ def build_halo_plan(
         cut_key = edge_part[cut] * n + src[cut]
         at = np.searchsorted(sorted_keys, cut_key)
         edge_src_buf[cut] = nl + hs[key_order[at]]
-    ew, sw = graph.gcn_norm()
-    mw = graph.mean_norm()
-    eorder = np.lexsort((edge_src_buf, edge_dst_local, edge_part))
-    edge_part = edge_part[eorder]
-    epos, num_edges = _group_positions(edge_part, p)
-    em = _round_up(max(int(num_edges.max(initial=0)), 1), pad_multiple)
-    edge_src = np.zeros((p, em), np.int32)
-    edge_dst = np.full((p, em), nl - 1, np.int32)
-    edge_mask = np.zeros((p, em), bool)
-    gcn_edge_weight = np.zeros((p, em), np.float32)
-    mean_edge_weight = np.zeros((p, em), np.float32)
-    edge_src[edge_part, epos] = edge_src_buf[eorder]
-    edge_dst[edge_part, epos] = edge_dst_local[eorder]
-    edge_mask[edge_part, epos] = True
-    gcn_edge_weight[edge_part, epos] = ew[eorder]
-    mean_edge_weight[edge_part, epos] = mw[eorder]
-    gcn_self_weight = np.zeros((p, nl), np.float32)
-    gcn_self_weight[parts, local_index] = sw
+    edges = _local_edge_arrays(graph, parts, local_index, edge_src_buf, p, nl, pad_multiple)
 
     return HaloPlan(
         num_parts=p,
@@ -325,13 +351,7 @@ def build_halo_plan(
         round_rows=tuple(round_rows),
         halo_nodes=halo_nodes,
         halo_mask=halo_mask,
-        edge_src=edge_src,
-        edge_dst=edge_dst,
-        edge_mask=edge_mask,
-        num_edges=num_edges.astype(np.int32),
-        gcn_edge_weight=gcn_edge_weight,
-        gcn_self_weight=gcn_self_weight,
-        mean_edge_weight=mean_edge_weight,
+        **edges,
     )
 
 

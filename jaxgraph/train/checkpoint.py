@@ -88,6 +88,21 @@ def read_header(path: str | Path) -> dict[str, Any]:
         ) from e
 
 
+def read_leaves(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
+    """The saved leaves whose tree path starts with ``prefix`` (e.g. ``".comm_state"``), by
+    path, as NumPy arrays: for state whose shapes only the checkpoint knows."""
+    header = read_header(path)
+    try:
+        with open(path, "rb") as f, np.load(f) as data:
+            return {
+                name: data[f"leaf{i:05d}"]
+                for i, name in enumerate(header["leaf_paths"])
+                if name.startswith(prefix)
+            }
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({e})") from e
+
+
 def restore_checkpoint(path: str | Path, template) -> tuple[Any, dict[str, Any]]:
     """Loads the checkpoint at ``path`` into the structure and shardings of ``template``.
 

@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jaxgraph.comm.adaptive import AssignConfig
+
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
@@ -55,9 +57,10 @@ class TrainConfig:
       parts: number of graph parts = mesh size.
       partition: ``metis``, ``random`` or ``contiguous``.
       method: communication strategy (``vanilla``, ``quant-8``, ``quant-4``, ``quant-2``,
-        ``quant-32``, ``quant-random``).
+        ``quant-32``, ``quant-random``, ``adaqp``).
       assign_period: epochs per bit-assignment period of the quantized methods
         (0 = ``epochs // 5``, as AdaQP).
+      assign: settings of the adaptive bit assignment (method ``adaqp``).
       eval_every: evaluate every this many epochs (and at the last epoch).
       checkpoint_every: write a checkpoint every this many epochs (0 = never).
       workdir: where metrics (``metrics.jsonl``) and checkpoints go (``None`` = nowhere).
@@ -66,6 +69,7 @@ class TrainConfig:
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     optim: OptimConfig = OptimConfig()
+    assign: AssignConfig = AssignConfig()
     parts: int = 8
     partition: str = "metis"
     method: str = "vanilla"

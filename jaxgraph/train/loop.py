@@ -16,6 +16,7 @@ import jax
 import optax
 from tqdm.auto import tqdm
 
+from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
 from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
@@ -24,30 +25,55 @@ from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.train.checkpoint import (
     latest_checkpoint,
     read_header,
+    read_leaves,
     restore_checkpoint,
     save_checkpoint,
 )
 from jaxgraph.train.config import DataConfig, OptimConfig, TrainConfig
 from jaxgraph.train.state import Trainer, counts_to_score
 
-METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random")
+METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
+# 1D block-row methods (jaxgraph.comm.stale): Sancus takes any
+# "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]"; these are examples.
+METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04")
+# The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
+# attention coefficients are data-dependent and take the mean aggregator's as a proxy.
+_MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
 SYNTHETIC = ("sbm", "rmat")
 
 
-def make_strategy(method: str, *, period: int = 40, seed: int = 0) -> CommStrategy:
+def make_strategy(
+    method: str,
+    *,
+    period: int = 40,
+    seed: int = 0,
+    model: str = "gcn",
+    assign: AssignConfig | None = None,
+) -> CommStrategy:
     """The communication strategy named ``method`` (one of :data:`METHODS`).
 
     ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
     through the same path); ``quant-random`` draws a width from {2, 4, 8} per message every
-    ``period`` epochs.
+    ``period`` epochs; ``adaqp`` re-solves the widths every ``period`` epochs from traced
+    messages (settings ``assign``; ``model`` names the aggregation that weighs them).
     """
     if method == "vanilla":
         return Vanilla()
+    if method == "adaqp":
+        from jaxgraph.comm.adaptive import Adaptive
+
+        return Adaptive(
+            assign or AssignConfig(), period=period, norm=_MODEL_NORM.get(model, "mean"), seed=seed
+        )
     if method.startswith("quant-") and method in METHODS:
         from jaxgraph.comm.quantized import Quantized
 
         bits = method.removeprefix("quant-")
         return Quantized(bits if bits == "random" else int(bits), period=period, seed=seed)
+    if method == "cagnet" or method.startswith("sancus-"):
+        from jaxgraph.comm.stale import make_block_strategy
+
+        return make_block_strategy(method)
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
@@ -107,15 +133,31 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     """
     if config.eval_every < 1:
         raise ValueError(f"eval_every must be at least 1, got {config.eval_every}")
-    strategy = make_strategy(config.method, period=assignment_period(config), seed=config.seed)
+    strategy = make_strategy(
+        config.method,
+        period=assignment_period(config),
+        seed=config.seed,
+        model=config.model.name,
+        assign=config.assign,
+    )
     graph = load_graph(config.data) if graph is None else graph
     if config.parts > graph.num_nodes:
         raise ValueError(
             f"cannot split {graph.num_nodes} nodes of {graph.name!r} into {config.parts} parts"
         )
     mesh = make_mesh(config.parts)
+    if config.method == "adaqp" and config.assign.interconnect == "measure":
+        from jaxgraph.comm.costmodel import measure
+
+        # Transfer costs timed on this mesh: payloads from 64 KiB to 4 MiB per device pair.
+        strategy.cost = measure(mesh, (1 << 16, 1 << 20, 1 << 22), repeats=3)
     parts = partition_graph(graph, config.parts, method=config.partition, seed=config.seed)
-    plan = build_halo_plan(graph, parts, num_parts=config.parts)
+    if getattr(strategy, "layout", "halo") == "block":  # CAGNET / Sancus: halo = all blocks
+        from jaxgraph.partition.blockhalo import build_block_halo_plan
+
+        plan = build_block_halo_plan(graph, parts, num_parts=config.parts)
+    else:
+        plan = build_halo_plan(graph, parts, num_parts=config.parts)
 
     m = config.model
     model = make_model(
@@ -128,7 +170,12 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         heads=m.heads,
     )
     trainer = Trainer(
-        model, make_optimizer(config.optim), strategy, mesh, num_train=int(graph.train_mask.sum())
+        model,
+        make_optimizer(config.optim),
+        strategy,
+        mesh,
+        num_train=int(graph.train_mask.sum()),
+        local_grad_clip=getattr(strategy, "local_grad_clip", None),  # Sancus only
     )
     shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
     layer_dims = model.layer_input_dims(graph.num_features)
@@ -141,7 +188,11 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         header = read_header(path)
         _check_same_run(path, header["config"], config)
         start_epoch = header["epoch"]
-    comm_state = strategy.init_state(plan, layer_dims, epoch=start_epoch)
+    if path is None:
+        comm_state = strategy.init_state(plan, layer_dims, epoch=start_epoch)
+    else:
+        saved = read_leaves(path, ".comm_state")
+        comm_state = strategy.resume_state(plan, layer_dims, epoch=start_epoch, saved=saved)
     state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
     if path is not None:
         state, header = restore_checkpoint(path, state)
@@ -164,7 +215,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     eval_step = trainer.eval_step.lower(state.params, shards).compile()
     compile_time = time.perf_counter() - t0
 
-    epoch_times, last = [], {}
+    epoch_times, epoch_bytes, last, overhead = [], [], {}, 0.0
     bar = tqdm(
         range(start_epoch + 1, config.epochs + 1),
         disable=not config.progress,
@@ -172,21 +223,33 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         unit="epoch",
     )
     for epoch in bar:
+        t = time.perf_counter()
         new_comm = strategy.update_state(
             state.comm_state, epoch=epoch, plan=plan, layer_dims=layer_dims
         )
+        assign_log = {}
         if new_comm is not None:
             state = state.replace(comm_state=trainer.place_comm_state(new_comm))
+            t_solved = time.perf_counter()
+            train_step = step_for(state)  # a new buffer layout compiles a new step
+            assign_log = {
+                "assign_time": t_solved - t,
+                "rejit_time": time.perf_counter() - t_solved,
+                **_assignment_log(strategy),
+            }
+            overhead += time.perf_counter() - t
         train_step = step_for(state)
         t = time.perf_counter()
         state, metrics = train_step(state, shards)
         metrics = jax.device_get(metrics)
         epoch_times.append(time.perf_counter() - t)
+        epoch_bytes.append(float(metrics["bytes_moved"]))
         record = {
             "epoch": epoch,
             "loss": float(metrics["loss"]),
             "bytes_moved": float(metrics["bytes_moved"]),
             "epoch_time": epoch_times[-1],
+            **assign_log,
         }
         if epoch % config.eval_every == 0 or epoch == config.epochs:
             counts, val_loss = jax.device_get(eval_step(state.params, shards))
@@ -212,6 +275,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         last = record
     bar.close()
 
+    wall = time.perf_counter() - t0
     steady = epoch_times[1:] or epoch_times
     summary = {
         "dataset": graph.name,
@@ -227,12 +291,35 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
         "compiled_steps": len(compiled),
+        "assign_overhead": overhead,
+        "assign_overhead_share": overhead / wall if wall > 0 else math.nan,
+        "wall_time": wall,
         "bytes_per_epoch": last.get("bytes_moved", math.nan),
+        "mean_bytes_per_epoch": statistics.fmean(epoch_bytes) if epoch_bytes else math.nan,
         "metric": "micro_f1" if graph.multi_label else "accuracy",
     }
     if workdir is not None:
         _atomic_write(workdir / "summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+def _assignment_log(strategy: CommStrategy) -> dict[str, Any]:
+    """What a strategy reports about its latest re-assignment (widths per key, solver)."""
+    info = getattr(strategy, "last_update", None) or {}
+    out = {}
+    if "widths" in info:
+        out["widths"] = {
+            k: {str(b): n for b, n in v.items() if n} for k, v in info["widths"].items()
+        }
+    for field in ("projected", "cost_model"):
+        if field in info:
+            out[field] = info[field]
+    if "keys" in info:
+        out["solver"] = {
+            k: {f: v[f] for f in ("status", "solve_time") if f in v}
+            for k, v in info["keys"].items()
+        }
+    return out
 
 
 def _signature(tree) -> tuple:

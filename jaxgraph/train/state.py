@@ -118,6 +118,12 @@ class Trainer:
       mesh: a one-dimensional mesh; its axis is the graph-part axis.
       num_train: the global number of training nodes (the loss is the sum of per-node losses
         divided by this count, so gradients equal the single-device mean).
+      local_grad_clip: optional threshold ``th`` of local gradient clipping (Sancus, Peng et
+        al., VLDB'22, Sec. 5.2.2): each device's gradient ``δ_i`` with respect to its own copy
+        of the parameters (the terms of the rows it computes, as a data-parallel worker has
+        them before the all-reduce; they sum to the full gradient) is scaled to L2 norm at
+        most ``th_i = sqrt(P) * th`` before the sum over devices. ``None`` (default): no
+        clipping, the gradient is the exact global-mean gradient.
     """
 
     def __init__(
@@ -128,6 +134,7 @@ class Trainer:
         mesh: Mesh,
         *,
         num_train: int,
+        local_grad_clip: float | None = None,
     ):
         if num_train <= 0:
             raise ValueError("the graph has no training nodes (train_mask is all False)")
@@ -138,6 +145,7 @@ class Trainer:
         self.axis_name = mesh.axis_names[0]
         self.num_parts = mesh.devices.size
         self.num_train = int(num_train)
+        self.local_grad_clip = local_grad_clip
         self.trace_count = 0
         self.train_step = jax.jit(self._train_step, donate_argnums=0)
         self.eval_step = jax.jit(self._eval_step)
@@ -254,9 +262,18 @@ class Trainer:
         # Probes: zeros whose cotangents carry what the exchange's backward pass records
         # (e.g. traced gradient-message statistics); None for most strategies.
         probes = self.strategy.probes(comm_state, self.model.num_layers)
+        clip = self.local_grad_clip
+        if clip is not None:
+            # Differentiate w.r.t. a device-varying copy of the replicated params: the
+            # gradient is then this device's partial δ_i (no implicit psum), clipped here.
+            params = jax.tree.map(lambda a: jax.lax.pcast(a, (axis,), to="varying"), params)
         (loss, (new_comm, nbytes)), (grads, probe_grads) = jax.value_and_grad(
             loss_fn, argnums=(0, 1), has_aux=True
         )(params, probes)
+        if clip is not None:
+            th = float(np.sqrt(self.num_parts) * clip)
+            grads, _ = optax.clip_by_global_norm(th).update(grads, optax.EmptyState())
+            grads = jax.lax.psum(grads, axis)
         if probes is not None:
             new_comm = self.strategy.absorb_probes(new_comm, probe_grads)
         return loss, grads, new_comm, nbytes

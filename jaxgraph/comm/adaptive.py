@@ -1,0 +1,491 @@
+"""Adaptive bit-width assignment: the full message-quantization method of AdaQP.
+
+Wan et al. (MLSys 2023) choose a bit-width for every group of halo messages by a bi-objective
+mixed-integer program that trades the variance the quantization adds to the aggregated
+embeddings (and gradients) against the time of the slowest transfer of each ring round.
+
+**Tracing** (inside the jitted step, in ``comm_state["trace"]``). For every slot of every
+exchange the step adds :func:`~jaxgraph.comm.quantized.row_range_variance` of the row sent,
+``(D / 6) (max - min)^2``, the expected stochastic-rounding variance of that row up to the
+factor ``1 / (2^b - 1)^2``. Forward rows are traced at the sender; backward rows (the gradient
+rows the forward receiver sends back) are traced at the forward receiver through the
+exchange's probe (:meth:`CommStrategy.probes`): their cotangent is the trace.
+
+**Aggregation scores** (on the host, from the plan). A forward message ``v`` enters the
+receiver's aggregation with coefficients ``a_wv`` (``deg(w)^-1/2 deg(v)^-1/2`` for GCN,
+``1 / deg(w)`` for the mean aggregator); its score is ``s(v) = sum_w a_wv`` and its weight in
+the program ``beta(v) = s(v)^2 * traced(v)``, the square of the sum as in the reference
+implementation (the variance of ``sum_w out_w``; :func:`aggregation_scores` can also give the
+sum of squares, the variance summed over the receivers' rows). A backward message is the
+receiver's partial gradient sum ``sum_w a_wv g_w``, which the sender adds to its gradient
+with coefficient 1: its score is 1. (AdaQP sends raw gradient rows and aggregates them after
+the exchange on the transposed graph, hence its backward scores; here the aggregation happens
+before the exchange and is already in the traced rows.)
+
+**Schedule.** Epochs ``1..period`` run at uniform 8 bits; before epoch ``k * period + 1`` the
+traces of the last period are gathered to the host, one program per exchange key
+(``fwd{l}``, ``bwd{l}``) is solved (in threads), the traces are reset and the new bucket
+layout re-jits the step (the loop caches compiled steps by layout). The assignment itself
+lives in ``comm_state["bits"]`` so that checkpoints restore it exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgraph.comm.quantized import (
+    QUANT_WIDTHS,
+    BitAssignment,
+    Quantized,
+    bucket_state,
+    row_range_variance,
+)
+from jaxgraph.partition.halo import HaloPlan
+
+NORMS = ("gcn", "mean")
+# Presets under which every re-assignment logs its modelled communication time.
+PROJECTION_PRESETS = ("10gbe", "pcie3x16")
+
+
+@dataclasses.dataclass(frozen=True)
+class AssignConfig:
+    """Settings of the adaptive bit assignment.
+
+    Attributes:
+      lam: weight of the variance term (``1 - lam`` weighs the time term), in ``[0, 1]``.
+      group_size: messages per group of one channel (rows sorted by weight, descending).
+      interconnect: how a transfer between two devices is priced: a preset of
+        :data:`jaxgraph.comm.costmodel.PRESETS` (e.g. ``"10gbe"``), a two-level topology
+        ``"<intra>:<hosts>:<inter>"`` (e.g. ``"nvlink3:2:10gbe"``: the devices split over 2
+        hosts, NVLink inside a host, 10 GbE across), or ``"measure"`` to time ``ppermute``
+        payloads on the run's mesh (meaningful on accelerators; on the emulated CPU mesh a
+        transfer is a memory copy).
+      time_limit: seconds per mixed-integer solve.
+      mip_gap: relative MIP gap at which a solve stops.
+    """
+
+    lam: float = 0.5
+    group_size: int = 100
+    interconnect: str = "10gbe"
+    time_limit: float = 10.0
+    mip_gap: float = 0.01
+
+    def __post_init__(self):
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"lam must lie in [0, 1], got {self.lam}")
+        if self.group_size < 1:
+            raise ValueError(f"group_size must be at least 1, got {self.group_size}")
+        if self.time_limit <= 0:
+            raise ValueError(f"time_limit must be positive, got {self.time_limit}")
+        if not 0.0 <= self.mip_gap < 1.0:
+            raise ValueError(f"mip_gap must lie in [0, 1), got {self.mip_gap}")
+        if self.interconnect != "measure":
+            parse_interconnect(self.interconnect)
+
+    def cost_model(self, num_parts: int):
+        """The preset cost model of ``interconnect`` for ``num_parts`` devices."""
+        from jaxgraph.comm.costmodel import CostModel
+
+        name, nodes, inter = parse_interconnect(self.interconnect)
+        return CostModel.from_preset(name, num_parts, nodes=nodes, inter=inter)
+
+
+def parse_interconnect(spec: str) -> tuple[str, int, str | None]:
+    """``"10gbe"`` -> ``("10gbe", 1, None)``; ``"nvlink3:2:10gbe"`` -> ``("nvlink3", 2,
+    "10gbe")``. Raises ValueError naming the known presets."""
+    from jaxgraph.comm.costmodel import PRESETS
+
+    fields = spec.split(":")
+    ok = len(fields) in (1, 3) and all(f in PRESETS for f in fields[:: 2])
+    if ok and len(fields) == 3:
+        ok = fields[1].isdigit() and int(fields[1]) >= 1
+    if not ok:
+        raise ValueError(
+            f"unknown interconnect {spec!r}: use 'measure', a preset ({', '.join(PRESETS)}) or "
+            "'<preset>:<hosts>:<preset>'"
+        )
+    if len(fields) == 1:
+        return spec, 1, None
+    return fields[0], int(fields[1]), fields[2]
+
+
+# ---------------------------------------------------------------------- host: scores
+
+
+def aggregation_scores(
+    plan: HaloPlan, norm: str, *, squares: bool = False
+) -> tuple[np.ndarray, ...]:
+    """Per round ``r``, ``float64[P, S_r]``: the aggregation score of the row that device ``d``
+    sends in slot ``s`` (indexed by the forward sender, like :class:`BitAssignment`).
+
+    ``s(v) = sum_w a_wv`` over the receiver's in-edges ``v -> w`` with the global coefficients
+    of ``norm`` (``"gcn"``: ``deg_in(w)^-1/2 deg_out(v)^-1/2``; ``"mean"``: ``1/deg_in(w)``);
+    with ``squares=True``, ``sum_w a_wv^2``. Pad slots score 0.
+    """
+    if norm not in NORMS:
+        raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
+    weight = plan.gcn_edge_weight if norm == "gcn" else plan.mean_edge_weight
+    nl, num_halo = plan.num_local_rows, plan.num_halo_rows
+    received = np.zeros((plan.num_parts, num_halo), np.float64)  # indexed by the receiver
+    for e in range(plan.num_parts):
+        sel = plan.edge_mask[e] & (plan.edge_src[e] >= nl)
+        w = weight[e][sel].astype(np.float64)
+        received[e] = np.bincount(plan.edge_src[e][sel] - nl, w * w if squares else w, num_halo)
+    out, offset = [], 0
+    for r, s_r in enumerate(plan.round_rows, 1):
+        block = received[:, offset : offset + s_r]
+        offset += s_r
+        # The receiver e holds the slots of sender e - r: roll back to sender indexing.
+        out.append(np.roll(block, -r, axis=0) * plan.send_mask[r - 1])
+    return tuple(out)
+
+
+def receiver_to_sender(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Per-round ``[P, S_r]`` arrays held by the forward receivers -> indexed by the sender."""
+    return tuple(np.roll(np.asarray(a), -r, axis=0) for r, a in enumerate(arrays, 1))
+
+
+# ---------------------------------------------------------------------- the strategy
+
+
+class Adaptive(Quantized):
+    """Quantized exchange whose bit-widths are re-solved every ``period`` epochs from traced
+    message statistics by the mixed-integer program of :mod:`jaxgraph.comm.assign`.
+
+    Args:
+      config: the program's settings.
+      period: epochs per assignment period (the first runs at uniform 8 bits).
+      norm: the aggregation the model uses (``"gcn"`` or ``"mean"``), for the scores.
+      cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
+        one from ``config.interconnect`` when the first program is set up.
+      seed: seed of the quantization keys (unused by the assignment itself).
+    """
+
+    def __init__(
+        self,
+        config: AssignConfig = AssignConfig(),
+        *,
+        period: int = 40,
+        norm: str = "gcn",
+        cost=None,
+        seed: int = 0,
+    ):
+        super().__init__(8, period=period, seed=seed)
+        if norm not in NORMS:
+            raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
+        self.config, self.norm, self.cost = config, norm, cost
+        self.name = "adaqp"
+        self.last_update: dict | None = None  # host-side log of the latest solve
+
+    def _key(self):
+        return (type(self), self.config, self.period, self.norm, self.seed)
+
+    # ------------------------------------------------------------------ host side
+
+    def state_from_assignment(self, plan, layer_dims, assignment: BitAssignment) -> dict:
+        """Bucket layout, the assignment itself and zeroed traces (leaves ``[P, ...]``)."""
+        state = bucket_state(plan, assignment)
+        state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
+        zeros = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
+        state["trace"] = {"fwd": (zeros,) * len(layer_dims), "bwd": (zeros,) * len(layer_dims)}
+        return state
+
+    def init_state(self, plan, layer_dims, *, epoch: int = 0):
+        del epoch  # only a checkpoint knows a later assignment (see resume_state)
+        return self.state_from_assignment(
+            plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), 8)
+        )
+
+    def resume_state(self, plan, layer_dims, *, epoch, saved):
+        template = self.init_state(plan, layer_dims)
+        fetch = _saved_getter(saved, "['bits']")
+        fwd = tuple(
+            tuple(fetch(f"['fwd'][{layer}][{r}]", a) for r, a in enumerate(rounds))
+            for layer, rounds in enumerate(template["bits"]["fwd"])
+        )
+        bwd = tuple(
+            tuple(fetch(f"['bwd'][{layer}][{r}]", a) for r, a in enumerate(rounds))
+            for layer, rounds in enumerate(template["bits"]["bwd"])
+        )
+        state = self.state_from_assignment(plan, layer_dims, BitAssignment(fwd=fwd, bwd=bwd))
+        trace = _saved_getter(saved, "['trace']")
+        state["trace"] = jax.tree_util.tree_map_with_path(
+            lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
+        )
+        return state
+
+    def update_state(self, comm_state, *, epoch, plan, layer_dims):
+        if epoch == 1 or (epoch - 1) % self.period:
+            return None
+        t0 = time.perf_counter()
+        traces = jax.tree.map(_gather_to_host, comm_state["trace"])
+        previous = BitAssignment(
+            fwd=jax.tree.map(_gather_to_host, comm_state["bits"]["fwd"]),
+            bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
+        )
+        t_gather = time.perf_counter() - t0
+        assignment, info = self.solve(plan, layer_dims, traces, previous)
+        info["gather_time"] = t_gather
+        info["epoch"] = epoch
+        self.last_update = info
+        return self.state_from_assignment(plan, layer_dims, assignment)
+
+    def cost_model(self, plan: HaloPlan):
+        """The cost model in use: the one given, or the configured preset's."""
+        if self.cost is None:
+            if self.config.interconnect == "measure":
+                raise ValueError(
+                    "interconnect 'measure' needs a cost model measured on the run's mesh "
+                    "(jaxgraph.comm.costmodel.measure); pass it as Adaptive(cost=...)"
+                )
+            self.cost = self.config.cost_model(plan.num_parts)
+        return self.cost
+
+    def problems(self, plan: HaloPlan, layer_dims, traces) -> dict:
+        """The per-key inputs of the program: ``{key: (beta per round [P, S_r] indexed by the
+        channel's sender, feature dim, reversed)}``; ``reversed`` marks the backward keys,
+        whose channel for forward sender ``d`` in round ``r`` runs from ``d + r`` to ``d``."""
+        scores = aggregation_scores(plan, self.norm)
+        out = {}
+        for layer, dim in enumerate(layer_dims):
+            traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]
+            beta = tuple(
+                s * s * t * m for s, t, m in zip(scores, traced, plan.send_mask, strict=True)
+            )
+            out[f"fwd{layer}"] = (beta, int(dim), False)
+            if layer > 0:  # the first layer's input is data: no backward exchange
+                traced = [np.asarray(t, np.float64) for t in traces["bwd"][layer]]
+                # Held by the backward sender (the forward receiver d + r), in the slot order
+                # of the rows it received: already indexed by the channel's sender.
+                beta = tuple(
+                    t * np.roll(m, r, axis=0)
+                    for r, (t, m) in enumerate(zip(traced, plan.send_mask, strict=True), 1)
+                )
+                out[f"bwd{layer}"] = (beta, int(dim), True)
+        return out
+
+    def solve(self, plan, layer_dims, traces, previous: BitAssignment):
+        """The new assignment from host-side traces (leaves ``[P, S_r]``), and a log."""
+        from jaxgraph.comm import assign
+
+        cfg = self.config
+        cost = self.cost_model(plan)
+        problems = self.problems(plan, layer_dims, traces)
+        num_parts = plan.num_parts
+        t0 = time.perf_counter()
+        specs, fallback = {}, {}
+        for key, (beta, dim, backward) in problems.items():
+            specs[key] = (_channels(beta, plan, backward), dim)
+            layer = int(key[3:])
+            prev = previous.bwd[layer] if backward else previous.fwd[layer]
+            fallback[key] = _channel_rows(prev, plan, backward)
+        results = assign.solve_channels(
+            specs,
+            theta=cost.theta,
+            gamma=cost.gamma,
+            num_parts=num_parts,
+            lam=cfg.lam,
+            group_size=cfg.group_size,
+            time_limit=cfg.time_limit,
+            mip_rel_gap=cfg.mip_gap,
+            fallback=fallback,
+        )
+        solve_time = time.perf_counter() - t0
+        fwd = [list(r) for r in previous.fwd]
+        bwd = [list(r) for r in previous.bwd]
+        log = {"solve_time": solve_time, "keys": {}}
+        for key, (channel_bits, info) in results.items():
+            layer, backward = int(key[3:]), key.startswith("bwd")
+            target = bwd if backward else fwd
+            rounds = _bits_from_channels(channel_bits, plan, backward)
+            target[layer] = rounds
+            log["keys"][key] = info
+        assignment = BitAssignment(
+            fwd=tuple(tuple(r) for r in fwd), bwd=tuple(tuple(r) for r in bwd)
+        )
+        # Layer 0 has no backward exchange: its backward widths are never used.
+        log["widths"] = {k: v for k, v in assignment.width_counts(plan).items() if k != "bwd0"}
+        # Modelled communication seconds per step of the new assignment: under the cost model
+        # in use and under fixed presets (comparable across runs and methods).
+        log["cost_model"] = cost.source
+        log["projected"] = {
+            "model": sum(projected_comm_time(plan, assignment, layer_dims, cost).values())
+        }
+        for preset in PROJECTION_PRESETS:
+            preset_cost = AssignConfig(interconnect=preset).cost_model(num_parts)
+            log["projected"][preset] = sum(
+                projected_comm_time(plan, assignment, layer_dims, preset_cost).values()
+            )
+        return assignment, log
+
+    # ------------------------------------------------------------------ device side
+
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
+        h_remote, comm_state, nbytes = super().exchange(
+            h_local,
+            shard,
+            comm_state,
+            layer=layer,
+            axis_name=axis_name,
+            num_parts=num_parts,
+            key=key,
+            probe=probe,
+        )
+        traced = tuple(
+            t + row_range_variance(jnp.take(h_local, idx, axis=0))
+            for t, idx in zip(comm_state["trace"]["fwd"][layer], shard.send_idx, strict=True)
+        )
+        fwd = _replace(comm_state["trace"]["fwd"], layer, traced)
+        comm_state = {**comm_state, "trace": {**comm_state["trace"], "fwd": fwd}}
+        return h_remote, comm_state, nbytes
+
+    def probes(self, comm_state, num_layers):
+        # Layer 0 has no backward exchange; the others trace their gradient rows.
+        return tuple(
+            None
+            if layer == 0
+            else tuple(jnp.zeros_like(t) for t in comm_state["trace"]["bwd"][layer])
+            for layer in range(num_layers)
+        )
+
+    def absorb_probes(self, comm_state, probe_grads):
+        bwd = comm_state["trace"]["bwd"]
+        for layer, grads in enumerate(probe_grads):
+            if grads is not None:
+                bwd = _replace(
+                    bwd, layer, tuple(t + g for t, g in zip(bwd[layer], grads, strict=True))
+                )
+        return {**comm_state, "trace": {**comm_state["trace"], "bwd": bwd}}
+
+
+# ---------------------------------------------------------------------- projection
+
+
+def projected_comm_time(
+    plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int], cost
+) -> dict[str, float]:
+    """Modelled seconds per exchange key (``fwd{l}``, ``bwd{l}``) of one training step under
+    ``cost``: per ring round the slowest channel, ``max_c (theta_c * MiB_c + gamma_c)`` over
+    channels that carry rows (real rows only: codes and fp32 parameters, or fp32 rows at
+    32 bits), summed over rounds: the program's time model, applied to any assignment
+    (Vanilla is the uniform 32-bit one)."""
+    from jaxgraph.comm.quantized import wire_bytes
+
+    p = plan.num_parts
+    out = {}
+    for name, direction in (("fwd", assignment.fwd), ("bwd", assignment.bwd)):
+        for layer, rounds in enumerate(direction):
+            if name == "bwd" and layer == 0:
+                continue
+            total = 0.0
+            for r, (bits, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1):
+                slowest = 0.0
+                for d in range(p):
+                    w = np.asarray(bits[d])[mask[d]]
+                    if not w.size:
+                        continue
+                    nbytes = sum(
+                        wire_bytes(int(np.sum(w == b)), int(layer_dims[layer]), int(b))
+                        for b in np.unique(w)
+                    )
+                    s, t = (d, (d + r) % p) if name == "fwd" else ((d + r) % p, d)
+                    slowest = max(slowest, cost.theta[s, t] * nbytes / 2**20 + cost.gamma[s, t])
+                total += slowest
+            out[f"{name}{layer}"] = total
+    return out
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _replace(seq: tuple, index: int, value) -> tuple:
+    return seq[:index] + (value,) + seq[index + 1 :]
+
+
+def _gather_to_host(x) -> np.ndarray:
+    """A ``[P, ...]`` array sharded over the mesh -> the whole NumPy array on this host."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
+def _saved_getter(saved: dict, prefix: str):
+    """``fetch(path, template)``: the saved leaf ``...comm_state<prefix><path>``, checked."""
+
+    def fetch(path: str, template):
+        for name, value in saved.items():
+            if name.endswith(prefix + path):
+                value = np.asarray(value)
+                if value.shape != np.shape(template):
+                    raise ValueError(
+                        f"saved comm_state leaf {name} has shape {value.shape}, this run's plan "
+                        f"expects {np.shape(template)}"
+                    )
+                return value.astype(np.asarray(template).dtype)
+        raise ValueError(f"the checkpoint holds no comm_state leaf {prefix + path}")
+
+    return fetch
+
+
+def _channels(beta, plan: HaloPlan, backward: bool) -> list:
+    """Channels of one key as ``(sender, receiver, round, beta of its real rows)``.
+
+    Forward: sender ``d`` -> ``d + r`` in round ``r``, rows = ``send_mask[r-1][d]``.
+    Backward: sender ``e`` -> ``e - r``, rows = the slots ``e`` received from ``e - r``.
+    """
+    p = plan.num_parts
+    out = []
+    for r, (b, mask) in enumerate(zip(beta, plan.send_mask, strict=True), 1):
+        if backward:
+            mask = np.roll(mask, r, axis=0)  # indexed by the backward sender
+        for s in range(p):
+            receiver = (s - r) % p if backward else (s + r) % p
+            out.append((s, receiver, r, np.asarray(b[s][mask[s]], np.float64)))
+    return out
+
+
+def _channel_rows(rounds, plan: HaloPlan, backward: bool) -> list[np.ndarray]:
+    """Per round ``[P, S_r]`` values indexed by the forward sender -> per channel (order of
+    :func:`_channels`) the values of its real rows; the inverse of :func:`_bits_from_channels`."""
+    out = []
+    for r, (a, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1):
+        a = np.asarray(a)
+        if backward:  # to the backward sender's (the forward receiver's) indexing
+            a, mask = np.roll(a, r, axis=0), np.roll(mask, r, axis=0)
+        out.extend(a[s][mask[s]] for s in range(plan.num_parts))
+    return out
+
+
+def _bits_from_channels(channel_bits, plan: HaloPlan, backward: bool) -> list:
+    """Per-row widths of each channel (same order as :func:`_channels`) -> per round
+    ``int8[P, S_r]`` indexed by the forward sender."""
+    p = plan.num_parts
+    rounds, i = [], 0
+    for r, mask in enumerate(plan.send_mask, 1):
+        held = np.roll(mask, r, axis=0) if backward else mask
+        bits = np.full(mask.shape, 8, np.int8)
+        for s in range(p):
+            bits[s][held[s]] = channel_bits[i]
+            i += 1
+        rounds.append(np.roll(bits, -r, axis=0) if backward else bits)
+    return rounds
+
+
+__all__ = [
+    "QUANT_WIDTHS",
+    "Adaptive",
+    "AssignConfig",
+    "aggregation_scores",
+    "projected_comm_time",
+    "receiver_to_sender",
+]

@@ -1,0 +1,835 @@
+"""Bit-width assignment by the bi-objective mixed-integer program of AdaQP (host side).
+
+One program per exchange key (``fwd{l}``, ``bwd{l}``), after Wan et al., "Adaptive Message
+Quantization and Parallelization for Distributed Full-graph GNN Training", MLSys 2023 (AdaQP,
+``assigner/assigner.py``), with the fixes listed below.
+
+**Channels.** A channel ``c`` is one directed transfer of one ring round: ``sender -> receiver``
+in round ``r`` (forward keys: ``d -> (d + r) mod P``; backward keys run the ring the other way).
+Its rows, each with a variance weight ``beta_v >= 0`` (AdaQP's traced range variance times the
+squared aggregation score), are sorted by ``beta`` descending and cut into groups of
+``group_size`` rows, the last one possibly partial; a group's weight is ``g_j = sum beta_v``.
+Every row of a group gets the group's width.
+
+**Program.** Booleans ``x[j, i]`` pick width ``b_i`` in ``{2, 4, 8}`` for group ``j`` (one per
+group), continuous ``Z_r`` bound the time of round ``r``::
+
+    minimize   lam * (sum V x - V_u) / (V_n - V_u) + (1 - lam) * (sum_r Z_r - T_u) / (T_n - T_u)
+    s.t.       sum_i x[j, i] = 1                                       for every group j
+               theta_c * sum_{j in c, i} MB[j, i] x[j, i] + gamma_c <= Z_r(c)   for every channel c
+
+    V[j, i]  = g_j / (2^b_i - 1)^2                 (stochastic-rounding variance of the group)
+    MB[j, i] = (b_i * D * n_j / 8 + 8 * n_j) / 2^20  MiB (codes + fp32 (scale, lo) per row)
+
+``theta_c`` (s/MiB) and ``gamma_c`` (s) are the channel's cost (:mod:`jaxgraph.comm.costmodel`).
+``V_n``/``V_u`` is the variance with every group at the narrowest/widest width, ``T_n`` =
+``sum_r max_c t_c(widest)`` and ``T_u = sum_r max_c t_c(narrowest)``.
+
+Differences from AdaQP, on purpose:
+
+* ``MB`` counts the group's real rows ``n_j`` (AdaQP uses ``group_size`` for the partial last
+  group too) and the 8 bytes of fp32 ``(scale, lo)`` per row that
+  :func:`jaxgraph.comm.quantized.wire_bytes` puts on the wire. The per-bucket rounding of packed
+  codes up to whole bytes (at most ``D`` bytes per bucket) is left out, which keeps the model
+  linear.
+* ``T_u`` is the achievable lower bound ``sum_r max_c`` (AdaQP: the looser ``sum_r min_c``).
+* A channel with no rows sends nothing: it has no constraint and adds no ``gamma`` (AdaQP posts
+  every pair). A round none of whose channels carries rows has no ``Z_r``.
+* Zero denominators are guarded (AdaQP divides unguarded): if every weight is zero
+  (``V_n == V_u``) the variance term is dropped; if ``T_n - T_u <= 1e-12 T_n`` (no transfer time
+  to trade, e.g. ``theta = 0``) the time term is dropped. Whenever the time term carries no
+  weight (``lam = 1`` or dropped) every group gets the widest width, which is optimal (groups of
+  zero weight are indifferent and get it too): a fast path without the solver, as is a single
+  width choice. With only the variance term dropped (all weights zero, ``lam < 1``) the solver
+  minimizes the time alone.
+* At ``lam = 0`` only each round's slowest channel counts and the other channels' widths are
+  ties, resolved by the solver; a small ``lam > 0`` instead fills the slack under each round's
+  bottleneck with the widest widths that fit.
+* The solver (HiGHS through cvxpy) always runs with a time limit and a relative MIP gap. The
+  best integer solution found under the limit is accepted; without one, or without the solver,
+  the caller's fallback assignment is kept, with a :class:`SolverFallbackWarning`.
+
+The relative gap is HiGHS's: relative to the objective without its constant terms
+(``- lam V_u / (V_n - V_u) - (1 - lam) T_u / (T_n - T_u)``, which cvxpy adds after the solve).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import itertools
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sparse
+
+BITS = (2, 4, 8)
+ALL_WIDTHS = (2, 4, 8, 32)  # 32: raw fp32 rows (compression off), as in jaxgraph.comm.quantized
+MIB = 2**20
+PARAM_BYTES = 8  # fp32 (scale, lo) per quantized row
+TIME_TOL = 1e-12  # relative: T_n - T_u below this share of T_n counts as "no time to trade"
+SOLVER = "HIGHS"
+
+
+class SolverFallbackWarning(RuntimeWarning):
+    """The program was not solved (no solver, solver error, no integer solution in time) and the
+    fallback assignment was kept."""
+
+
+class Channel(NamedTuple):
+    """One directed transfer of one ring round and the variance weights of its rows.
+
+    Attributes:
+      sender, receiver: device indices, ``0 <= . < P``, different.
+      round: ring round ``r`` in ``1..P-1`` (the channels of a round run at the same time).
+      beta: ``float[n]`` per-row variance weight, ``>= 0``, in the channel's row order.
+    """
+
+    sender: int
+    receiver: int
+    round: int
+    beta: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ChannelGroups:
+    """The groups of one channel, as the program sees them.
+
+    Attributes:
+      sender, receiver, round: as in :class:`Channel`.
+      weight: ``float64[G]`` group weights ``g_j`` (sum of ``beta`` over the group).
+      count: ``int64[G]`` rows per group (``>= 1``).
+    """
+
+    sender: int
+    receiver: int
+    round: int
+    weight: np.ndarray
+    count: np.ndarray
+
+    def __post_init__(self):
+        object.__setattr__(self, "weight", np.asarray(self.weight, np.float64))
+        object.__setattr__(self, "count", np.asarray(self.count, np.int64))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Problem:
+    """One exchange key's program.
+
+    Attributes:
+      channels: the key's channels, in any order (empty ones allowed: ``G = 0``).
+      dim: feature dimension ``D`` of the exchanged rows.
+      theta: ``float64[P, P]`` seconds per MiB, ``[sender, receiver]``.
+      gamma: ``float64[P, P]`` seconds per transfer, ``[sender, receiver]``.
+      lam: weight of the variance term, in ``[0, 1]``.
+      num_parts: ``P``.
+      widths: the width choices, ascending, from ``(2, 4, 8, 32)`` (default :data:`BITS`;
+        32 is a raw fp32 row: ``4 D`` bytes, no variance).
+    """
+
+    channels: tuple[ChannelGroups, ...]
+    dim: int
+    theta: np.ndarray
+    gamma: np.ndarray
+    lam: float
+    num_parts: int
+    widths: tuple[int, ...] = BITS
+
+    def __post_init__(self):
+        p = self.num_parts
+        if p < 1:
+            raise ValueError(f"num_parts must be at least 1, got {p}")
+        if self.dim < 1:
+            raise ValueError(f"dim must be at least 1, got {self.dim}")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"lam must lie in [0, 1], got {self.lam}")
+        if not self.widths or list(self.widths) != sorted(set(self.widths)):
+            raise ValueError(f"widths must be distinct and ascending, got {self.widths}")
+        if any(w not in ALL_WIDTHS for w in self.widths):
+            raise ValueError(f"widths must be drawn from {ALL_WIDTHS}, got {self.widths}")
+        for name in ("theta", "gamma"):
+            a = np.asarray(getattr(self, name), np.float64)
+            if a.shape != (p, p):
+                raise ValueError(f"{name} must have shape [P, P] = [{p}, {p}], got {a.shape}")
+            if not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise ValueError(f"{name} must be finite and non-negative")
+            object.__setattr__(self, name, a)
+        for c in self.channels:
+            if not (0 <= c.sender < p and 0 <= c.receiver < p) or c.sender == c.receiver:
+                raise ValueError(
+                    f"channel {c.sender} -> {c.receiver} is not a pair of distinct devices of {p}"
+                )
+            if not 1 <= c.round <= max(p - 1, 1):
+                raise ValueError(f"round {c.round} is outside 1..{p - 1}")
+            w, n = np.asarray(c.weight), np.asarray(c.count)
+            if w.shape != n.shape or w.ndim != 1:
+                raise ValueError(f"weight {w.shape} and count {n.shape} must be equal 1-D shapes")
+            if not np.all(np.isfinite(w)) or np.any(w < 0):
+                raise ValueError("group weights must be finite and non-negative")
+            if np.any(n < 1):
+                raise ValueError("every group must hold at least one row")
+
+    @property
+    def num_groups(self) -> int:
+        return sum(int(c.count.size) for c in self.channels)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Solution:
+    """An assignment of one :class:`Problem` and its objective.
+
+    Attributes:
+      bits: per channel (the problem's order), ``int8[G_c]`` the width of each group.
+      objective: the normalized objective of ``bits`` (see the module docstring).
+      variance: ``sum V x`` of ``bits``.
+      time: ``sum_r max_c t_c`` of ``bits`` in seconds (``sum_r Z_r`` at the optimum).
+      status: ``"optimal"``, ``"user_limit"`` (best integer solution under the time limit or
+        gap), ``"fast_path"``, ``"empty"`` or ``"fallback"``.
+      solve_seconds: wall time of the model build and solve.
+      used_fallback: the fallback was returned.
+      cause: why the fallback was used (empty otherwise).
+      mip_gap: the solver's final relative gap (``None`` when no solver ran).
+    """
+
+    bits: tuple[np.ndarray, ...]
+    objective: float
+    variance: float
+    time: float
+    status: str
+    solve_seconds: float
+    used_fallback: bool = False
+    cause: str = ""
+    mip_gap: float | None = None
+
+
+# ---------------------------------------------------------------------- grouping
+
+
+def group_rows(beta: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Groups one channel's rows by descending ``beta`` (AdaQP's grouping).
+
+    Rows are sorted by ``beta`` descending (ties keep their order) and cut into consecutive
+    groups of ``group_size``; the last group may be partial.
+
+    Shapes:
+      ``beta: [n]`` -> ``group_of_row: int32[n]`` (the group of each row, original row order),
+      ``group_weight: float64[G]`` (sum of ``beta`` per group), ``group_count: int64[G]``,
+      with ``G = ceil(n / group_size)``.
+
+    Raises:
+      ValueError: if ``group_size < 1`` or ``beta`` is not 1-D, finite and non-negative.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be at least 1, got {group_size}")
+    beta = np.asarray(beta, np.float64)
+    if beta.ndim != 1:
+        raise ValueError(f"beta must be 1-D, got shape {beta.shape}")
+    if not np.all(np.isfinite(beta)) or np.any(beta < 0):
+        raise ValueError("beta must be finite and non-negative")
+    n = beta.size
+    order = np.argsort(-beta, kind="stable")
+    group_of_row = np.empty(n, np.int32)
+    group_of_row[order] = np.arange(n, dtype=np.int32) // group_size
+    num_groups = -(-n // group_size)
+    weight = np.bincount(group_of_row, weights=beta, minlength=num_groups).astype(np.float64)
+    count = np.bincount(group_of_row, minlength=num_groups).astype(np.int64)
+    return group_of_row, weight, count
+
+
+def expand_bits(group_of_row: np.ndarray, group_bits: np.ndarray) -> np.ndarray:
+    """Per-group widths -> per-row widths. ``int32[n], int8[G] -> int8[n]``."""
+    return np.asarray(group_bits, np.int8)[np.asarray(group_of_row, np.intp)]
+
+
+def make_problem(
+    channels: Sequence[Channel],
+    *,
+    dim: int,
+    theta: np.ndarray,
+    gamma: np.ndarray,
+    num_parts: int,
+    lam: float,
+    group_size: int,
+    widths: tuple[int, ...] = BITS,
+) -> tuple[Problem, tuple[np.ndarray, ...]]:
+    """Groups every channel's rows and builds the program.
+
+    Returns:
+      the :class:`Problem` and, per channel, ``group_of_row: int32[n_c]`` for
+      :func:`expand_bits`.
+    """
+    groups, group_of_row = [], []
+    for ch in channels:
+        sender, receiver, rnd, beta = ch
+        g_of_r, weight, count = group_rows(beta, group_size)
+        groups.append(ChannelGroups(int(sender), int(receiver), int(rnd), weight, count))
+        group_of_row.append(g_of_r)
+    problem = Problem(
+        channels=tuple(groups),
+        dim=int(dim),
+        theta=np.asarray(theta, np.float64),
+        gamma=np.asarray(gamma, np.float64),
+        lam=float(lam),
+        num_parts=int(num_parts),
+        widths=tuple(widths),
+    )
+    return problem, tuple(group_of_row)
+
+
+# ---------------------------------------------------------------------- the model, in numpy
+
+
+def _row_mib(widths: np.ndarray, dim: int) -> np.ndarray:
+    """MiB per row at each width: packed codes plus fp32 (scale, lo); raw fp32 at 32."""
+    quantized = widths * dim / 8.0 + PARAM_BYTES
+    return np.where(widths == 32, 4.0 * dim, quantized) / MIB
+
+
+def _variance_factor(widths: np.ndarray) -> np.ndarray:
+    """``1 / (2^b - 1)^2``; 0 at 32 bits (fp32 rows are sent exactly)."""
+    factor = 1.0 / (2.0 ** widths.astype(np.float64) - 1.0) ** 2
+    return np.where(widths == 32, 0.0, factor)
+
+
+class _Model(NamedTuple):
+    """The program's data over the ``K`` groups of the non-empty channels, concatenated."""
+
+    widths: np.ndarray  # int64[W]
+    channel: np.ndarray  # int64[K] index into the non-empty channels
+    var: np.ndarray  # float64[K, W] V
+    sec: np.ndarray  # float64[K, W] theta_c * MB (seconds)
+    gamma: np.ndarray  # float64[C'] per non-empty channel
+    round_of: np.ndarray  # int64[C'] index into the used rounds
+    num_rounds: int
+    v_nadir: float
+    v_utopia: float
+    t_nadir: float
+    t_utopia: float
+    a_var: float  # objective weight of sum V x (0 when dropped)
+    a_time: float  # objective weight of sum Z (0 when dropped)
+
+
+def _model(problem: Problem) -> _Model:
+    widths = np.asarray(problem.widths, np.int64)
+    used = [c for c in problem.channels if c.count.size]
+    rounds = sorted({c.round for c in used})
+    round_index = {r: i for i, r in enumerate(rounds)}
+    k_counts = [c.count.size for c in used]
+    channel = np.repeat(np.arange(len(used), dtype=np.int64), k_counts)
+    weight = np.concatenate([c.weight for c in used]) if used else np.zeros(0)
+    count = np.concatenate([c.count for c in used]).astype(np.float64) if used else np.zeros(0)
+    theta = np.array([problem.theta[c.sender, c.receiver] for c in used], np.float64)
+    gamma = np.array([problem.gamma[c.sender, c.receiver] for c in used], np.float64)
+    var = weight[:, None] * _variance_factor(widths)[None, :]
+    sec = theta[channel][:, None] * count[:, None] * _row_mib(widths, problem.dim)[None, :]
+    round_of = np.array([round_index[c.round] for c in used], np.int64)
+
+    def total_time(column):
+        ch = np.bincount(channel, weights=sec[:, column], minlength=len(used)) + gamma
+        worst = np.zeros(len(rounds))
+        np.maximum.at(worst, round_of, ch)
+        return float(worst.sum())
+
+    v_nadir, v_utopia = float(var[:, 0].sum()), float(var[:, -1].sum())
+    t_nadir, t_utopia = (total_time(-1), total_time(0)) if used else (0.0, 0.0)
+    dv, dt = v_nadir - v_utopia, t_nadir - t_utopia
+    a_var = problem.lam / dv if dv > 0 else 0.0
+    a_time = (1.0 - problem.lam) / dt if dt > TIME_TOL * t_nadir and dt > 0 else 0.0
+    return _Model(
+        widths=widths,
+        channel=channel,
+        var=var,
+        sec=sec,
+        gamma=gamma,
+        round_of=round_of,
+        num_rounds=len(rounds),
+        v_nadir=v_nadir,
+        v_utopia=v_utopia,
+        t_nadir=t_nadir,
+        t_utopia=t_utopia,
+        a_var=a_var,
+        a_time=a_time,
+    )
+
+
+def _evaluate(model: _Model, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Objective, variance and time of width indices ``choice: int[M, K]`` (``M`` candidates)."""
+    choice = np.atleast_2d(choice)
+    k = np.arange(model.channel.size)
+    variance = model.var[k, choice].sum(axis=1)
+    sec = model.sec[k, choice]  # [M, K]
+    num_ch = model.gamma.size
+    onehot = np.zeros((k.size, num_ch))
+    onehot[k, model.channel] = 1.0
+    ch_time = sec @ onehot + model.gamma  # [M, C']
+    worst = np.zeros((choice.shape[0], model.num_rounds))
+    for r in range(model.num_rounds):
+        worst[:, r] = ch_time[:, model.round_of == r].max(axis=1)
+    total = worst.sum(axis=1)
+    objective = model.a_var * (variance - model.v_utopia) + model.a_time * (total - model.t_utopia)
+    return objective, variance, total
+
+
+def objective_bounds(problem: Problem) -> dict[str, float]:
+    """The normalization points: ``variance_nadir``, ``variance_utopia`` (all groups at the
+    narrowest / widest width), ``time_nadir = sum_r max_c t_c(widest)`` and ``time_utopia =
+    sum_r max_c t_c(narrowest)``, and the objective weights ``a_var`` and ``a_time`` after the
+    zero-denominator guards (0 means the term is dropped)."""
+    m = _model(problem)
+    return {
+        "variance_nadir": m.v_nadir,
+        "variance_utopia": m.v_utopia,
+        "time_nadir": m.t_nadir,
+        "time_utopia": m.t_utopia,
+        "a_var": m.a_var,
+        "a_time": m.a_time,
+    }
+
+
+def evaluate(problem: Problem, bits: Sequence[np.ndarray]) -> tuple[float, float, float]:
+    """``(objective, variance, time)`` of per-channel group widths ``bits`` (``int[G_c]`` each,
+    values in ``problem.widths``)."""
+    m = _model(problem)
+    return tuple(float(v[0]) for v in _evaluate(m, _choice_of(problem, m, bits)))
+
+
+def _choice_of(problem: Problem, model: _Model, bits: Sequence[np.ndarray]) -> np.ndarray:
+    if len(bits) != len(problem.channels):
+        raise ValueError(f"{len(bits)} bit arrays for {len(problem.channels)} channels")
+    flat = [np.asarray(b) for b, c in zip(bits, problem.channels, strict=True) if c.count.size]
+    flat = np.concatenate(flat) if flat else np.zeros(0, np.int64)
+    choice = np.searchsorted(model.widths, flat)
+    if flat.size != model.channel.size or not np.array_equal(
+        model.widths[np.minimum(choice, model.widths.size - 1)], flat
+    ):
+        raise ValueError(f"bits must give one width in {tuple(model.widths)} per group")
+    return choice
+
+
+def _solution(problem, model, choice, status, t0, **extra) -> Solution:
+    objective, variance, total = _evaluate(model, choice)
+    bits, start = [], 0
+    for c in problem.channels:
+        g = c.count.size
+        bits.append(model.widths[choice[start : start + g]].astype(np.int8))
+        start += g
+    return Solution(
+        bits=tuple(bits),
+        objective=float(objective[0]),
+        variance=float(variance[0]),
+        time=float(total[0]),
+        status=status,
+        solve_seconds=time.perf_counter() - t0,
+        **extra,
+    )
+
+
+# ---------------------------------------------------------------------- solvers
+
+
+class _NoSolution(Exception):
+    """The solver gave no usable integer solution; the message names the cause."""
+
+
+def _fast_path(problem: Problem, model: _Model) -> str | None:
+    if model.channel.size == 0:
+        return "empty"
+    if model.widths.size == 1 or model.a_time == 0.0:
+        return "fast_path"
+    return None
+
+
+def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float):
+    """Solves the program with HiGHS through cvxpy. Returns ``(choice int[K], status, gap)``;
+    raises :class:`_NoSolution` when there is no usable integer solution."""
+    try:
+        import cvxpy as cp
+    except ImportError as e:  # pragma: no cover - cvxpy is a dependency
+        raise _NoSolution(f"cvxpy is not importable ({e})") from e
+    installed = cp.installed_solvers()
+    if SOLVER not in installed:
+        raise _NoSolution(
+            f"MIP solver {SOLVER} is not installed (cvxpy installed solvers: {installed})"
+        )
+    num_groups, num_widths = model.var.shape
+    num_ch = model.gamma.size
+    # Times in units of T_n keep the constraint coefficients near 1: HiGHS drops matrix
+    # entries below 1e-9 (small_matrix_value), and NVLink-class seconds are far smaller.
+    unit = model.t_nadir
+    cols = np.arange(num_groups * num_widths)
+    onehot = sparse.csr_matrix(
+        (np.ones(cols.size), (cols // num_widths, cols)), shape=(num_groups, cols.size)
+    )
+    load = sparse.csr_matrix(
+        ((model.sec / unit).ravel(), (np.repeat(model.channel, num_widths), cols)),
+        shape=(num_ch, cols.size),
+    )
+    in_round = sparse.csr_matrix(
+        (np.ones(num_ch), (np.arange(num_ch), model.round_of)), shape=(num_ch, model.num_rounds)
+    )
+    x = cp.Variable(cols.size, boolean=True)
+    z = cp.Variable(model.num_rounds)  # round times in units of T_n
+    cost = model.a_var * model.var.ravel()
+    objective = cost @ x + (model.a_time * unit) * cp.sum(z)
+    constant = -model.a_var * model.v_utopia - model.a_time * model.t_utopia
+    prob = cp.Problem(
+        cp.Minimize(objective + constant),
+        [onehot @ x == 1, load @ x + model.gamma / unit <= in_round @ z],
+    )
+    # HiGHS options pass through cvxpy as solver_opts (cvxpy 1.9: each key goes to
+    # Highs.setOptionValue; a bad name or value raises). mip_abs_gap = 0 leaves the relative gap
+    # as the only optimality stop (HiGHS's default absolute gap of 1e-6 is not small next to
+    # a normalized objective).
+    options = {
+        "time_limit": float(time_limit),
+        "mip_rel_gap": float(mip_rel_gap),
+        "mip_abs_gap": 0.0,
+        "output_flag": False,
+    }
+    try:
+        # get_problem_data + solve_via_data + invert is cvxpy's documented low-level path; it
+        # skips Problem.solve's "Solution may be inaccurate" UserWarning on a time limit, which
+        # is an expected outcome here, not a reason to warn.
+        data, chain, inverse = prob.get_problem_data(SOLVER)
+        raw = chain.solve_via_data(prob, data, solver_opts=options)
+        result = chain.invert(raw, inverse)
+    except Exception as e:  # any solver failure falls back: the training run must go on
+        raise _NoSolution(f"MIP solver {SOLVER} raised {type(e).__name__}: {e}") from e
+    info = raw.get("info") if isinstance(raw, dict) else None
+    feasible = getattr(info, "primal_solution_status", 2) == 2  # kSolutionStatusFeasible
+    values = (result.primal_vars or {}).get(x.id)
+    if result.status not in ("optimal", "optimal_inaccurate", "user_limit") or not feasible:
+        raise _NoSolution(
+            f"MIP solver {SOLVER} found no integer solution (status {result.status}, "
+            f"HiGHS {raw.get('model_status') if isinstance(raw, dict) else raw!r}, "
+            f"time_limit {time_limit} s)"
+        )
+    values = np.asarray(values, np.float64).reshape(num_groups, num_widths)
+    if not np.all(np.isfinite(values)) or np.any(np.abs(values.sum(axis=1) - 1.0) > 0.5):
+        raise _NoSolution(f"MIP solver {SOLVER} returned a non-integral assignment")
+    gap = getattr(info, "mip_gap", None)
+    gap = float(gap) if gap is not None and np.isfinite(gap) else None
+    return np.argmax(values, axis=1), result.status, gap
+
+
+def _check_limits(time_limit: float, mip_rel_gap: float) -> None:
+    if not time_limit >= 0:
+        raise ValueError(f"time_limit must be a non-negative number of seconds, got {time_limit}")
+    if not mip_rel_gap >= 0:
+        raise ValueError(f"mip_rel_gap must be non-negative, got {mip_rel_gap}")
+
+
+def _is_width(fallback) -> bool:
+    return isinstance(fallback, (int, np.integer))
+
+
+def _fallback_choice(problem: Problem, model: _Model, fallback) -> np.ndarray:
+    if fallback is None:
+        return np.full(model.channel.size, model.widths.size - 1, np.int64)
+    if _is_width(fallback):
+        if int(fallback) not in problem.widths:
+            raise ValueError(f"fallback width {fallback} is not one of {problem.widths}")
+        return np.full(model.channel.size, problem.widths.index(int(fallback)), np.int64)
+    return _choice_of(problem, model, fallback)
+
+
+def describe_fallback(fallback, widths: Sequence[int] = BITS) -> str:
+    """The end of the fallback warning: what is kept instead of a solution."""
+    if fallback is None or _is_width(fallback):
+        width = max(widths) if fallback is None else int(fallback)
+        return f"using uniform {width}-bit widths"
+    return "keeping the previous bit assignment"
+
+
+def _solve(problem, time_limit, mip_rel_gap, fallback) -> Solution:
+    """:func:`solve` without the warning (safe to run in a worker thread)."""
+    t0 = time.perf_counter()
+    _check_limits(time_limit, mip_rel_gap)
+    model = _model(problem)
+    fallback_choice = _fallback_choice(problem, model, fallback)  # validated before any solve
+    fast = _fast_path(problem, model)
+    if fast is not None:
+        choice = np.full(model.channel.size, model.widths.size - 1, np.int64)
+        return _solution(problem, model, choice, fast, t0)
+    try:
+        choice, status, gap = _milp(problem, model, time_limit, mip_rel_gap)
+    except _NoSolution as e:
+        choice = fallback_choice
+        return _solution(problem, model, choice, "fallback", t0, used_fallback=True, cause=str(e))
+    return _solution(problem, model, choice, status, t0, mip_gap=gap)
+
+
+def _warn_fallback(problem, solution, fallback, key=None, stacklevel=3) -> None:
+    if solution.used_fallback:
+        where = f" for {key}" if key is not None else ""
+        warnings.warn(
+            f"{solution.cause}{where}; {describe_fallback(fallback, problem.widths)}",
+            SolverFallbackWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def solve(
+    problem: Problem,
+    *,
+    time_limit: float = 10.0,
+    mip_rel_gap: float = 0.01,
+    fallback: int | Sequence[np.ndarray] | None = None,
+) -> Solution:
+    """Solves one program with HiGHS (cvxpy), within ``time_limit`` seconds and ``mip_rel_gap``.
+
+    Args:
+      problem: the program.
+      time_limit: HiGHS's time limit in seconds (model building excluded).
+      mip_rel_gap: HiGHS's relative MIP gap at which the search stops (0: prove optimality).
+      fallback: the assignment kept when the program cannot be solved: one width for every
+        group (``None``: the widest of ``problem.widths``), or per channel ``int[G_c]`` group
+        widths.
+
+    Returns:
+      The :class:`Solution`. Never raises for a solver failure: a missing solver, a solver
+      error or no integer solution within the limit returns ``fallback`` and warns.
+
+    Warns:
+      SolverFallbackWarning: naming the cause when the fallback is returned.
+    """
+    solution = _solve(problem, time_limit, mip_rel_gap, fallback)
+    _warn_fallback(problem, solution, fallback)
+    return solution
+
+
+def solve_brute_force(problem: Problem, *, max_groups: int = 12) -> Solution:
+    """Exhaustive enumeration of the same objective (a test oracle; ``W^K`` candidates).
+
+    Raises:
+      ValueError: if the problem has more than ``max_groups`` groups.
+    """
+    t0 = time.perf_counter()
+    model = _model(problem)
+    k, w = model.var.shape
+    if k > max_groups:
+        raise ValueError(f"{k} groups is too many to enumerate (max_groups={max_groups})")
+    if k == 0:
+        return _solution(problem, model, np.zeros(0, np.int64), "empty", t0)
+    choices = np.array(list(itertools.product(range(w), repeat=k)), np.int64)
+    objective, _, _ = _evaluate(model, choices)
+    return _solution(problem, model, choices[int(np.argmin(objective))], "brute_force", t0)
+
+
+def solve_many(
+    problems: Mapping[str, Problem],
+    *,
+    time_limit: float = 10.0,
+    mip_rel_gap: float = 0.01,
+    fallback: int | Mapping[str, Sequence[np.ndarray]] | None = None,
+    max_workers: int | None = None,
+) -> dict[str, Solution]:
+    """Solves independent programs (one per exchange key) in parallel threads.
+
+    HiGHS releases the GIL while it runs, so threads overlap the solves. ``fallback`` is one
+    width for all, or per key as in :func:`solve`. Warnings are raised in the calling thread.
+    """
+    out = _solve_parallel(problems, time_limit, mip_rel_gap, fallback, max_workers)
+    for key, sol in out.items():
+        _warn_fallback(problems[key], sol, _pick(fallback, key), key)
+    return out
+
+
+def _pick(fallback, key):
+    return fallback if fallback is None or _is_width(fallback) else fallback[key]
+
+
+def _solve_parallel(problems, time_limit, mip_rel_gap, fallback, max_workers) -> dict:
+    """:func:`_solve` of every problem in a thread pool; no warnings (the caller's thread
+    raises them)."""
+    if not problems:
+        return {}
+    workers = max_workers or min(len(problems), os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            key: pool.submit(_solve, p, time_limit, mip_rel_gap, _pick(fallback, key))
+            for key, p in problems.items()
+        }
+        return {key: f.result() for key, f in futures.items()}
+
+
+# ---------------------------------------------------------------------- rows in, rows out
+
+
+def _row_result(problem, group_of_row, solution, channels, fallback) -> tuple[list, dict]:
+    """Per-row widths of each channel and a JSON-friendly log."""
+    if solution.used_fallback and not (fallback is None or _is_width(fallback)):
+        rows = [np.asarray(b, np.int8).copy() for b in fallback]
+        # Score the kept assignment on the same objective, with one group per row.
+        singles, _ = make_problem(
+            channels,
+            dim=problem.dim,
+            theta=problem.theta,
+            gamma=problem.gamma,
+            num_parts=problem.num_parts,
+            lam=problem.lam,
+            group_size=1,
+            widths=tuple(sorted(set(problem.widths) | {int(v) for b in rows for v in b})),
+        )
+        objective, variance, total = evaluate(singles, rows)
+    else:
+        rows = [expand_bits(g, b) for g, b in zip(group_of_row, solution.bits, strict=True)]
+        objective, variance, total = solution.objective, solution.variance, solution.time
+    flat = np.concatenate(rows) if rows else np.zeros(0, np.int8)
+    bounds = objective_bounds(problem)
+    info = {
+        "status": solution.status,
+        "used_fallback": solution.used_fallback,
+        "cause": solution.cause,
+        "objective": objective,
+        "variance": variance,
+        "time": total,
+        "variance_nadir": bounds["variance_nadir"],
+        "variance_utopia": bounds["variance_utopia"],
+        "time_nadir": bounds["time_nadir"],
+        "time_utopia": bounds["time_utopia"],
+        "solve_seconds": solution.solve_seconds,
+        "mip_gap": solution.mip_gap,
+        "groups": problem.num_groups,
+        "rows_per_width": {int(w): int(np.sum(flat == w)) for w in np.unique(flat)},
+    }
+    return rows, info
+
+
+def _check_row_fallback(fallback, channels) -> None:
+    """A row-level fallback must give every row of every channel a known width."""
+    if fallback is None or _is_width(fallback):
+        return
+    if len(fallback) != len(channels):
+        raise ValueError(f"fallback has {len(fallback)} channels, the key has {len(channels)}")
+    for b, ch in zip(fallback, channels, strict=True):
+        b = np.asarray(b)
+        if b.shape != np.shape(ch[3]):
+            raise ValueError(f"fallback widths {b.shape} do not match the rows {np.shape(ch[3])}")
+        if not np.isin(b, ALL_WIDTHS).all():
+            raise ValueError(f"fallback widths must be drawn from {ALL_WIDTHS}")
+
+
+def _group_fallback(fallback):
+    """The group-level stand-in of a row-level fallback (replaced by the rows afterwards)."""
+    return fallback if fallback is None or _is_width(fallback) else None
+
+
+def assign_bits(
+    channels: Sequence[Channel],
+    *,
+    dim: int,
+    theta: np.ndarray,
+    gamma: np.ndarray,
+    num_parts: int,
+    lam: float,
+    group_size: int,
+    time_limit: float = 10.0,
+    mip_rel_gap: float = 0.01,
+    fallback: int | Sequence[np.ndarray] | None = None,
+) -> tuple[list[np.ndarray], dict]:
+    """Groups, solves and expands one exchange key.
+
+    Args:
+      channels: the key's :class:`Channel` s (or plain ``(sender, receiver, round, beta)``).
+      dim, theta, gamma, num_parts, lam: as in :class:`Problem`.
+      group_size: rows per group (:func:`group_rows`).
+      time_limit, mip_rel_gap: as in :func:`solve`.
+      fallback: kept when the program cannot be solved: one width (``None``: 8), or per
+        channel ``int[n_c]`` row widths (e.g. the previous assignment).
+
+    Returns:
+      per channel ``int8[n_c]`` row widths in the channel's row order, and a log dict.
+
+    Warns:
+      SolverFallbackWarning: when the fallback is returned.
+    """
+    problem, group_of_row = make_problem(
+        channels,
+        dim=dim,
+        theta=theta,
+        gamma=gamma,
+        num_parts=num_parts,
+        lam=lam,
+        group_size=group_size,
+    )
+    _check_row_fallback(fallback, channels)
+    solution = _solve(problem, time_limit, mip_rel_gap, _group_fallback(fallback))
+    _warn_fallback(problem, solution, fallback)
+    return _row_result(problem, group_of_row, solution, channels, fallback)
+
+
+def solve_channels(
+    specs: Mapping[str, tuple[Sequence[Channel], int]],
+    *,
+    theta: np.ndarray,
+    gamma: np.ndarray,
+    num_parts: int,
+    lam: float,
+    group_size: int,
+    time_limit: float = 10.0,
+    mip_rel_gap: float = 0.01,
+    fallback: int | Mapping[str, Sequence[np.ndarray]] | None = None,
+    max_workers: int | None = None,
+) -> dict[str, tuple[list[np.ndarray], dict]]:
+    """:func:`assign_bits` for several exchange keys at once, solved in parallel threads.
+
+    Args:
+      specs: ``{key: (channels, dim)}``.
+      fallback: one width, or ``{key: per channel int[n_c] row widths}``.
+      others: as in :func:`assign_bits`.
+
+    Returns:
+      ``{key: (per channel int8[n_c] row widths, log dict)}``.
+    """
+    built = {
+        key: make_problem(
+            chans,
+            dim=dim,
+            theta=theta,
+            gamma=gamma,
+            num_parts=num_parts,
+            lam=lam,
+            group_size=group_size,
+        )
+        for key, (chans, dim) in specs.items()
+    }
+    for key, (chans, _) in specs.items():
+        _check_row_fallback(_pick(fallback, key), chans)
+    solved = _solve_parallel(
+        {k: p for k, (p, _) in built.items()},
+        time_limit,
+        mip_rel_gap,
+        {k: _group_fallback(_pick(fallback, k)) for k in built},
+        max_workers,
+    )
+    out = {}
+    for key, (problem, group_of_row) in built.items():
+        fb = _pick(fallback, key)
+        _warn_fallback(problem, solved[key], fb, key)
+        out[key] = _row_result(problem, group_of_row, solved[key], specs[key][0], fb)
+    return out
+
+
+__all__ = [
+    "BITS",
+    "Channel",
+    "ChannelGroups",
+    "Problem",
+    "Solution",
+    "SolverFallbackWarning",
+    "assign_bits",
+    "evaluate",
+    "expand_bits",
+    "group_rows",
+    "make_problem",
+    "objective_bounds",
+    "solve",
+    "solve_brute_force",
+    "solve_channels",
+    "solve_many",
+]

@@ -1,0 +1,394 @@
+"""1D block-row strategies: CAGNET (broadcast every block) and Sancus (skip-broadcast with
+bounded embedding staleness).
+
+Both run on the block-row layout of :func:`jaxgraph.partition.build_block_halo_plan`: device
+``i`` owns block ``i`` (``B`` padded rows) and its halo is every other block, slot ``r - 1``
+holding block ``(i - r) mod P``. The models are unchanged: the exchange delivers those blocks,
+the :class:`~jaxgraph.models.Propagator` multiplies them by the device's block row of ``Â``.
+
+**CAGNET** (Tripathy et al., SC'20): at every layer each block is broadcast from its owner
+(:func:`~jaxgraph.comm.broadcast.all_blocks_by_broadcast`), and the backward pass reduces the
+gradient partials back to the owners along the same trees.
+
+**Sancus** (Peng et al., "Sancus: staleness-aware communication-avoiding full-graph
+decentralized training", VLDB'22; the chapter's Algorithms 1-4): each owner decides per layer
+and epoch whether its block is ACTIVE (broadcast; receivers refresh their cache and its
+version) or STALE (skipped; receivers reuse their cached copy ``H̃_j``). ``comm_state`` holds,
+per layer and per device:
+
+- ``cache: f32[P-1, B, F]`` the cached copies of the other blocks, in halo order;
+- ``tags: int32[P-1]`` the version (epoch that produced it) of each cached block on this
+  receiver, ``Ver_i(j)``; ``-1`` = never received;
+- ``last_sent: f32[B, F]`` this owner's copy of its block as last broadcast (equal, bit for
+  bit, to every receiver's cache entry for it);
+- ``sent_version: int32[]`` the epoch of that broadcast (``-1`` = never);
+- ``count: int32[]`` the exchanges done at this layer, i.e. completed epochs: the exchange
+  of epoch ``e`` (1-indexed, as in :func:`jaxgraph.train.train`) sees ``count = e - 1``.
+
+Every device contributes its owner statistics and receiver tags to one small ``psum``; all
+devices then evaluate the same pure function (:func:`decide`) on the same table, and the
+``lax.cond`` around each broadcast has a predicate that is device-invariant in shard_map's
+types. The local diagonal block is always the fresh one (the owner never reads its own
+cache entry); every broadcast result is a new array, never an alias of a cache entry.
+
+Conventions (documented choices where the chapter is ambiguous):
+
+- **Epoch bounds** (Δ_E, Def. 5.2 / Alg. 2; Δ_A, Def. 5.3 / Alg. 3): a block used at epoch
+  ``e`` may be at most Δ epochs old, ``e - Ver <= Δ``; block ``j`` is broadcast at epoch
+  ``e`` iff ``e - Ver(j) > Δ``. This is the algorithms' ``Ver - Ver(j) >= Δ`` evaluated when
+  the flag is updated, at the end of epoch ``e - 1`` (Alg. 1, line 17). Δ = 0 never reuses a
+  block; Δ_E = 1 broadcasts every other epoch (sent at 7, reused at 8, sent at 9), as the
+  chapter states; and in the Fig. 5.7b example (Δ_A = 1; after epoch 9 the receivers hold
+  ``H1^(8)``, ``H2^(7)``, ``H3^(9)``, ``H4^(9)``) workers 2 and 1 broadcast at epoch 10 and
+  workers 3 and 4 at epoch 11 (``tests/stale/test_policies.py``).
+- **Δ_A** takes the oldest copy over the receivers that read block ``j`` (those with an edge
+  from it; a receiver that reads nothing of ``j`` never asks for it). In this synchronous
+  SPMD program every broadcast reaches all receivers at once, so their tags agree and Δ_A
+  schedules like Δ_E except for blocks nobody reads; the per-receiver rule matters when
+  workers progress at different speeds (the chapter's setting), which :func:`decide`
+  handles on any tag matrix.
+- **Δ_H** (Def. 5.4 / Alg. 4): broadcast iff ``gap >= Δ_H`` with ``gap`` the *mean absolute
+  difference* between the owner's current block and its last broadcast copy over the real
+  (non-pad) rows, ``mean |H_i - H̃_i|`` (the ``F.l1_loss`` of the public prototype,
+  ``chenzhao/dist-gnn``; Δ_H ≈ 0.04 for 2 layers, 0.10 for 4 layers there). It measures drift
+  accumulated since the last broadcast, not per-epoch change.
+- **Warm-up**: epochs ``1..warmup`` (default 50) broadcast every block at every layer.
+- **First layer**: its input rows are data (features, after input dropout), so it follows an
+  exact rule instead of the policy: a block is broadcast iff it differs from its last
+  broadcast copy (or was never sent). Without input dropout the features never change and
+  are sent once, at epoch 1; with input dropout they are re-sent whenever the mask changes.
+  Either way the first layer's halo is exact.
+- **Backward**: gradients always travel (the reversed trees of every block, as Sancus's
+  backward broadcasts are never skipped); a cached block passes its gradient to its owner as
+  if it were the owner's current block.
+- **Bytes**: a skipped broadcast moves 0 bytes; the decision table costs a ``psum`` of
+  ``P * (P + 3)`` int32 per layer (:func:`decision_bytes`), included in ``bytes_moved``.
+
+Local gradient clipping (Sancus, Sec. 5.2.2: clip a worker's gradient ``δ_i`` when
+``‖δ_i‖_2 > th_i = sqrt(P) th``) is applied by the :class:`~jaxgraph.train.Trainer`
+(``local_grad_clip=th``) to each device's gradient with respect to its own copy of the
+parameters, before the sum over devices: inside ``shard_map`` the gradient of replicated
+parameters arrives already summed, so the Trainer differentiates a device-varying copy.
+:attr:`Sancus.local_grad_clip` carries the setting for :func:`jaxgraph.train.train`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgraph.comm.broadcast import (
+    all_blocks_by_broadcast,
+    broadcast_bytes,
+    halo_sources,
+    skip_broadcast_blocks,
+)
+from jaxgraph.comm.strategy import CommStrategy, GraphShard
+from jaxgraph.partition.halo import HaloPlan
+
+# A receiver's tag for a block it does not read: never too old.
+NOT_READ = np.iinfo(np.int32).max
+_REPORT = 4  # count, sent_version, changed, gap bits; then the P - 1 receiver tags
+
+PolicyKind = Literal["epoch", "adaptive", "gap"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StalenessPolicy:
+    """When a Sancus owner broadcasts its block (layers after the first).
+
+    Attributes:
+      kind: ``"epoch"`` (Δ_E, Def. 5.2), ``"adaptive"`` (Δ_A, Def. 5.3) or ``"gap"`` (Δ_H,
+        Def. 5.4).
+      bound: Δ: epochs for ``epoch`` / ``adaptive``, a mean absolute difference for ``gap``;
+        ``0`` never reuses a block, ``math.inf`` never re-sends one after the warm-up.
+      warmup: epochs ``1..warmup`` broadcast every block.
+    """
+
+    kind: PolicyKind
+    bound: float
+    warmup: int = 50
+
+    def __post_init__(self):
+        if self.kind not in ("epoch", "adaptive", "gap"):
+            raise ValueError(f"unknown staleness policy {self.kind!r}")
+        if not self.bound >= 0:
+            raise ValueError(f"the staleness bound must be >= 0, got {self.bound}")
+        if self.warmup < 0:
+            raise ValueError(f"warm-up epochs must be >= 0, got {self.warmup}")
+
+
+def decide(
+    policy: StalenessPolicy,
+    *,
+    epoch,
+    sent_version,
+    tags,
+    gap,
+) -> jax.Array:
+    """Which owners broadcast at ``epoch`` (the same pure function on every device).
+
+    Args:
+      policy: the staleness policy.
+      epoch: the current epoch, 1-indexed.
+      sent_version: per owner, the epoch of its last broadcast (``-1``: never sent).
+      tags: ``tags[i, j]`` = receiver ``i``'s version of block ``j`` (:data:`NOT_READ` where
+        ``i`` reads nothing of ``j``, and on the diagonal).
+      gap: per owner, the variation gap of its block (:func:`variation_gap`).
+
+    Returns:
+      ``bool[P]``: owner ``j`` broadcasts. A block never sent is always broadcast, and so is
+      every block during the warm-up.
+
+    Shapes:
+      ``sent_version: int[P]``, ``tags: int[P, P]``, ``gap: f32[P]`` -> ``bool[P]``.
+    """
+    sent_version = jnp.asarray(sent_version, jnp.int32)
+    epoch = jnp.asarray(epoch, jnp.int32)
+    never = sent_version < 0
+    warm = epoch <= policy.warmup
+    if policy.kind == "epoch":
+        flag = (epoch - sent_version).astype(jnp.float32) > policy.bound
+    elif policy.kind == "adaptive":
+        age = (epoch - jnp.asarray(tags, jnp.int32)).astype(jnp.float32)  # [receiver, block]
+        flag = jnp.any(age > policy.bound, axis=0)
+    else:
+        flag = jnp.asarray(gap, jnp.float32) >= policy.bound
+    return never | warm | flag
+
+
+def variation_gap(h: jax.Array, last_sent: jax.Array, mask: jax.Array) -> jax.Array:
+    """``mean |h - last_sent|`` over the real rows (``mask``) and all features.
+
+    Shapes:
+      ``h, last_sent: [B, F]``, ``mask: bool[B]`` -> ``f32[]`` (0 for an empty block).
+    """
+    diff = jnp.abs(h.astype(jnp.float32) - last_sent.astype(jnp.float32))
+    total = jnp.sum(jnp.where(mask[:, None], diff, 0.0))
+    count = jnp.sum(mask).astype(jnp.float32) * h.shape[-1]
+    return total / jnp.maximum(count, 1.0)
+
+
+def decision_bytes(num_parts: int) -> int:
+    """Bytes one device sends for the decision table of one Sancus exchange: a ring
+    all-reduce of ``int32[P, P + 3]`` moves ``2 (P - 1) / P`` of it per device."""
+    if num_parts == 1:
+        return 0
+    return 2 * (num_parts - 1) * (num_parts - 1 + _REPORT) * 4
+
+
+def _check_block_plan(plan: HaloPlan, who: str) -> None:
+    b, p = plan.num_local_rows, plan.num_parts
+    if tuple(plan.round_rows) != (b,) * (p - 1):
+        raise ValueError(
+            f"{who} needs the block-row layout (every round sends the whole block); build the "
+            "plan with jaxgraph.partition.build_block_halo_plan"
+        )
+
+
+def _reads_blocks(shard: GraphShard, num_parts: int) -> jax.Array:
+    """Whether this device has an edge from each halo block. ``-> bool[P-1]``."""
+    b = shard.x.shape[0]
+    slot = shard.edge_src // b - 1  # -1 for a local source
+    valid = shard.edge_mask & (slot >= 0)
+    hits = (
+        jnp.zeros(num_parts, jnp.int32)
+        .at[jnp.where(valid, slot, num_parts - 1)]
+        .max(valid.astype(jnp.int32))
+    )
+    return hits[: num_parts - 1] > 0
+
+
+def _tag_index(num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Static gather from receiver rows ``[P, P-1]`` (halo order) to ``[P, P]`` (block order):
+    ``(rows, cols, diagonal)``; entry ``[i, j]`` reads column ``(i - j) mod P - 1``."""
+    i, j = np.meshgrid(np.arange(num_parts), np.arange(num_parts), indexing="ij")
+    cols = (i - j) % num_parts - 1
+    return i, np.maximum(cols, 0), cols < 0
+
+
+def _replace_layer(comm_state, layer, new):
+    return tuple(new if k == layer else s for k, s in enumerate(comm_state))
+
+
+@dataclasses.dataclass(frozen=True)
+class CAGNET(CommStrategy):
+    """CAGNET 1D: every block broadcast from its owner at every layer, in both passes."""
+
+    layout: ClassVar[str] = "block"
+    name: ClassVar[str] = "cagnet"
+
+    def init_state(self, plan, layer_dims, *, epoch=0):
+        _check_block_plan(plan, "CAGNET")
+        return {}
+
+    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+        del key
+        b, f = h_local.shape
+        halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=num_parts)
+        _, total = broadcast_bytes((b, f), num_parts, h_local.dtype.itemsize)
+        # Over the P trees every device sends P - 1 blocks forward and P - 1 back (the first
+        # layer's input is data: no backward pass).
+        passes = 1 if layer == 0 else 2
+        return halo, comm_state, jnp.float32(passes * total)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sancus(CommStrategy):
+    """Skip-broadcast of historical embedding blocks under a staleness policy.
+
+    Args:
+      policy: the :class:`StalenessPolicy` of the layers after the first.
+      local_grad_clip: the base threshold ``th`` of local gradient clipping (each device's
+        gradient w.r.t. its copy of the parameters is clipped to L2 norm ``sqrt(P) th``), or
+        ``None``; applied by the Trainer (see the module docstring).
+    """
+
+    policy: StalenessPolicy
+    local_grad_clip: float | None = None
+
+    layout: ClassVar[str] = "block"
+
+    @property
+    def name(self) -> str:
+        p = self.policy
+        bound = "inf" if math.isinf(p.bound) else f"{p.bound:g}"
+        letter = {"epoch": "e", "adaptive": "a", "gap": "h"}[p.kind]
+        out = f"sancus-{letter}{bound}-w{p.warmup}"
+        clip = self.local_grad_clip
+        return out + ("" if clip is None else f"-clip{clip:g}")
+
+    def init_state(self, plan, layer_dims, *, epoch=0):
+        _check_block_plan(plan, "Sancus")
+        p, b = plan.num_parts, plan.num_local_rows
+        return tuple(
+            {
+                "cache": np.zeros((p, p - 1, b, f), np.float32),
+                "tags": np.full((p, p - 1), -1, np.int32),
+                "last_sent": np.zeros((p, b, f), np.float32),
+                "sent_version": np.full(p, -1, np.int32),
+                "count": np.full(p, epoch, np.int32),
+            }
+            for f in layer_dims
+        )
+
+    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+        del key
+        st = comm_state[layer]
+        p = num_parts
+        b, f = h_local.shape
+        count = st["count"] + 1
+        if p == 1:
+            new = {**st, "count": count}
+            halo = jnp.zeros((0, f), h_local.dtype)
+            return halo, _replace_layer(comm_state, layer, new), jnp.float32(0)
+
+        i = jax.lax.axis_index(axis_name)
+        h = jax.lax.stop_gradient(h_local)  # h: f32[B, F]
+        last = st["last_sent"]  # f32[B, F]
+        gap = variation_gap(h, last, shard.local_mask)
+        tags = jnp.where(_reads_blocks(shard, p), st["tags"], NOT_READ)  # int32[P-1]
+        report = jnp.concatenate(
+            [
+                jnp.stack(
+                    [
+                        count,
+                        st["sent_version"],
+                        jnp.any(h != last).astype(jnp.int32),
+                        jax.lax.bitcast_convert_type(gap, jnp.int32),
+                    ]
+                ),
+                tags,
+            ]
+        )  # int32[4 + P - 1]
+        # One row per device, summed: the table is the same on every device, and its type
+        # is device-invariant, so every predicate derived from it is uniform.
+        table = jax.lax.psum(
+            jnp.zeros((p, report.shape[0]), jnp.int32).at[i].set(report), axis_name
+        )
+        epoch = table[0, 0]
+        sent_version = table[:, 1]
+        if layer == 0:
+            active = (sent_version < 0) | (table[:, 2] > 0)
+        else:
+            rows, cols, diag = _tag_index(p)
+            tag_matrix = jnp.where(diag, NOT_READ, table[:, _REPORT:][rows, cols])  # [i, j]
+            active = decide(
+                self.policy,
+                epoch=epoch,
+                sent_version=sent_version,
+                tags=tag_matrix,
+                gap=jax.lax.bitcast_convert_type(table[:, 3], jnp.float32),
+            )
+
+        halo = skip_broadcast_blocks(
+            h_local, st["cache"], active, axis_name=axis_name, num_parts=p
+        )  # [P-1, B, F]
+        fresh = active[halo_sources(i, p)]  # [P-1]
+        own = active[i]
+        new = {
+            "cache": jax.lax.stop_gradient(halo),
+            "tags": jnp.where(fresh, epoch, st["tags"]),
+            "last_sent": jnp.where(own, h, last),
+            "sent_version": jnp.where(own, epoch, st["sent_version"]),
+            "count": count,
+        }
+
+        per_rank, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
+        rel = (i - jnp.arange(p)) % p  # this device's relative rank in each source's tree
+        sent = jnp.sum(jnp.where(active, jnp.asarray(per_rank, jnp.float32)[rel], 0.0))
+        backward = 0 if layer == 0 else total
+        nbytes = sent + jnp.float32(backward + decision_bytes(p))
+        return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
+
+
+_SANCUS = re.compile(
+    r"^sancus-(?P<kind>[eah])(?P<bound>inf|\d+(?:\.\d+)?)"
+    r"(?:-w(?P<warmup>\d+))?(?:-clip(?P<clip>\d+(?:\.\d+)?))?$"
+)
+_KINDS = {"e": "epoch", "a": "adaptive", "h": "gap"}
+
+
+def make_block_strategy(method: str) -> CommStrategy:
+    """``cagnet``, or ``sancus-<policy><Δ>[-w<warmup>][-clip<th>]``.
+
+    ``<policy>`` is ``e`` (Δ_E epochs), ``a`` (Δ_A epochs) or ``h`` (Δ_H, mean absolute
+    difference); ``Δ`` may be ``inf``. Examples: ``sancus-e1``, ``sancus-a2-w20``,
+    ``sancus-h0.04-clip1``. The warm-up defaults to 50 epochs, clipping to off.
+
+    Raises:
+      ValueError: for any other name.
+    """
+    if method == "cagnet":
+        return CAGNET()
+    m = _SANCUS.match(method)
+    if m is None:
+        raise ValueError(
+            f"unknown block-row method {method!r}; expected 'cagnet' or "
+            "'sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]' (e.g. sancus-e1, sancus-h0.04)"
+        )
+    kind = _KINDS[m["kind"]]
+    bound = math.inf if m["bound"] == "inf" else float(m["bound"])
+    if kind != "gap" and bound != math.inf and bound != int(bound):
+        raise ValueError(f"an epoch bound must be a whole number of epochs, got {method!r}")
+    warmup = 50 if m["warmup"] is None else int(m["warmup"])
+    clip = None if m["clip"] is None else float(m["clip"])
+    return Sancus(StalenessPolicy(kind, bound, warmup), local_grad_clip=clip)
+
+
+__all__ = [
+    "CAGNET",
+    "NOT_READ",
+    "Sancus",
+    "StalenessPolicy",
+    "decide",
+    "decision_bytes",
+    "make_block_strategy",
+    "variation_gap",
+]

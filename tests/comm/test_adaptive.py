@@ -1,0 +1,292 @@
+"""The adaptive (AdaQP) strategy: scores, traces, the channel <-> assignment mapping, the loop."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from jaxgraph.comm.adaptive import (
+    Adaptive,
+    AssignConfig,
+    _bits_from_channels,
+    _channel_rows,
+    _channels,
+    aggregation_scores,
+    projected_comm_time,
+)
+from jaxgraph.comm.quantized import (
+    BitAssignment,
+    bucket_state,
+    quantized_ring_exchange,
+    row_range_variance,
+)
+from jaxgraph.comm.strategy import GraphShard
+from jaxgraph.mesh import make_mesh
+from jaxgraph.models import make_model
+from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.train import OptimConfig, TrainConfig, Trainer, make_optimizer, train
+
+from graph_cases import directed, random_graph
+
+GRAPH = random_graph(n=120, avg_deg=6, seed=5)
+
+
+def _plan(graph, num_parts, method="metis"):
+    parts = partition_graph(graph, num_parts, method=method, seed=0)
+    return build_halo_plan(graph, parts, num_parts=num_parts)
+
+
+@pytest.mark.parametrize("graph", [GRAPH, directed()], ids=["undirected", "directed"])
+@pytest.mark.parametrize("norm", ["gcn", "mean"])
+@pytest.mark.parametrize("squares", [False, True])
+def test_aggregation_scores_equal_brute_force(graph, norm, squares):
+    """s(v) = sum over the receiver's nodes w with an edge v -> w of the coefficient a_wv."""
+    num_parts = 4
+    plan = _plan(graph, num_parts, "random")
+    scores = aggregation_scores(plan, norm, squares=squares)
+    src, dst = graph.edges()
+    coef = graph.gcn_norm()[0] if norm == "gcn" else graph.mean_norm()
+    for r in range(1, num_parts):
+        for d in range(num_parts):
+            e = (d + r) % num_parts
+            for s in range(plan.round_rows[r - 1]):
+                if not plan.send_mask[r - 1][d, s]:
+                    assert scores[r - 1][d, s] == 0
+                    continue
+                v = plan.local_nodes[d, plan.send_idx[r - 1][d, s]]
+                sel = (src == v) & (plan.parts[dst] == e)
+                a = coef[sel].astype(np.float64)
+                expect = np.sum(a * a) if squares else np.sum(a)
+                assert scores[r - 1][d, s] == pytest.approx(expect, rel=1e-6)
+
+
+def test_backward_probe_carries_the_range_variance_of_sent_gradient_rows():
+    """The cotangent of the exchange's probe is (D/6)(max - min)^2 of each gradient row the
+    device sends back, slot by slot in the order of the rows it received."""
+    num_parts, dim = 4, 5
+    plan = _plan(GRAPH, num_parts, "random")
+    state = bucket_state(plan, BitAssignment.uniform(plan, 1, 32))  # exact: compare values
+    mesh = make_mesh(num_parts)
+    axis = mesh.axis_names[0]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((num_parts, plan.num_local_rows, dim)).astype(np.float32)
+    g = rng.standard_normal((num_parts, plan.num_halo_rows, dim)).astype(np.float32)
+    probe = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
+
+    def body(x, g, send_idx, fwd, bwd, probe):
+        sq = lambda t: jax.tree.map(lambda a: a[0], t)  # noqa: E731
+
+        def f(x, probe):
+            halo = quantized_ring_exchange(
+                x,
+                sq(send_idx),
+                sq(fwd),
+                sq(bwd),
+                jax.random.key(0),
+                axis_name=axis,
+                num_parts=num_parts,
+                probe=probe,
+            )
+            return jnp.sum(halo * g[0])
+
+        _, probe_ct = jax.grad(f, argnums=(0, 1))(x[0], sq(probe))
+        return jax.tree.map(lambda a: a[None], probe_ct)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(axis),) * 6, out_specs=P(axis)))
+    got = f(x, g, tuple(plan.send_idx), state["fwd"][0], state["bwd"][0], probe)
+    offsets = np.cumsum([0, *plan.round_rows])
+    for r in range(num_parts - 1):
+        rows = g[:, offsets[r] : offsets[r + 1]]  # the halo gradient rows of round r + 1
+        expect = dim / 6 * (rows.max(-1) - rows.min(-1)) ** 2
+        np.testing.assert_allclose(np.asarray(got[r]), expect, rtol=1e-6)
+
+
+def test_row_range_variance_matches_definition_and_handles_empty_rows():
+    x = jnp.asarray([[1.0, -2.0, 0.5], [3.0, 3.0, 3.0]])
+    np.testing.assert_allclose(row_range_variance(x), [3 / 6 * 9.0, 0.0])
+    assert row_range_variance(jnp.zeros((4, 0))).shape == (4,)
+
+
+@pytest.mark.parametrize("num_parts", [2, 4])
+def test_channel_mapping_round_trips_to_the_assignment(num_parts):
+    """Widths chosen per channel land on the slots that channel carries: forward channel
+    d -> d + r on send slots of d; backward channel e -> e - r on the slots e received from
+    e - r, stored under the forward sender e - r."""
+    plan = _plan(GRAPH, num_parts, "random")
+    beta = tuple(np.ones(m.shape) for m in plan.send_mask)
+    for backward in (False, True):
+        chans = _channels(beta, plan, backward)
+        # Code each row's width from its channel: 2 if the sender is even, else 4; and the
+        # last real row of each channel at 8 to check the row order.
+        bits = []
+        for sender, receiver, r, b in chans:
+            expect_receiver = (sender - r) % num_parts if backward else (sender + r) % num_parts
+            assert receiver == expect_receiver
+            w = np.full(b.shape, 2 if sender % 2 == 0 else 4, np.int8)
+            if w.size:
+                w[-1] = 8
+            bits.append(w)
+        rounds = _bits_from_channels(bits, plan, backward)
+        back = _channel_rows(rounds, plan, backward)
+        for got, want in zip(back, bits, strict=True):
+            np.testing.assert_array_equal(got, want)
+        for r, (a, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1):
+            for d in range(num_parts):
+                real = np.flatnonzero(mask[d])
+                if not real.size:
+                    continue
+                sender = (d + r) % num_parts if backward else d
+                expect = np.full(real.size, 2 if sender % 2 == 0 else 4)
+                expect[-1] = 8
+                np.testing.assert_array_equal(a[d][real], expect)
+
+
+def _adaptive_trainer(num_parts):
+    plan = _plan(GRAPH, num_parts)
+    strategy = Adaptive(AssignConfig(), period=2)
+    model = make_model("gcn", hidden=8, out_dim=GRAPH.num_classes, dropout=0.0)
+    trainer = Trainer(
+        model,
+        make_optimizer(OptimConfig()),
+        strategy,
+        make_mesh(num_parts),
+        num_train=int(GRAPH.train_mask.sum()),
+    )
+    dims = model.layer_input_dims(GRAPH.num_features)
+    shards = trainer.place_shards(GraphShard.from_plan(GRAPH, plan))
+    state = trainer.create_state(
+        jax.random.key(1), GRAPH.num_features, strategy.init_state(plan, dims)
+    )
+    return plan, strategy, trainer, shards, state, dims
+
+
+def test_step_traces_forward_rows_and_backward_gradient_rows():
+    """After one step the forward traces of layer 0 equal (D/6)(max - min)^2 of the feature
+    rows sent (no dropout); the backward traces of layer 1 are positive exactly on the slots
+    whose node has a training node among its out-neighbours on the receiver (the last
+    layer's gradient reaches only training nodes' rows); nothing is traced for layer 0's
+    (non-existent) backward exchange. Exact backward values: the probe test above."""
+    num_parts = 4
+    plan, _, trainer, shards, state, dims = _adaptive_trainer(num_parts)
+    state, _ = trainer.train_step(state, shards)
+    trace = jax.device_get(state.comm_state["trace"])
+    src, dst = GRAPH.edges()
+    x = GraphShard.from_plan(GRAPH, plan).x
+    for r in range(num_parts - 1):
+        rows = np.take_along_axis(x, plan.send_idx[r][..., None], axis=1)
+        expect = dims[0] / 6 * (rows.max(-1) - rows.min(-1)) ** 2
+        np.testing.assert_allclose(trace["fwd"][0][r], expect, rtol=1e-6)
+        assert np.all(trace["bwd"][0][r] == 0)
+        held = np.roll(plan.send_mask[r], r + 1, axis=0)  # slots held by the receivers
+        assert np.all(trace["bwd"][1][r][~held] == 0)
+        offset = sum(plan.round_rows[:r])
+        for e in range(num_parts):
+            for slot in np.flatnonzero(held[e]):
+                v = plan.halo_nodes[e, offset + slot]
+                reaches = np.any(GRAPH.train_mask[dst[src == v]] & (plan.parts[dst[src == v]] == e))
+                assert (trace["bwd"][1][r][e, slot] > 0) == reaches
+        assert np.all(trace["fwd"][1][r][plan.send_mask[r]] >= 0)
+    state, _ = trainer.train_step(state, shards)
+    trace2 = jax.device_get(state.comm_state["trace"])
+    np.testing.assert_allclose(trace2["fwd"][0][0], 2 * trace["fwd"][0][0], rtol=1e-6)
+
+
+def _adaqp_config(**changes):
+    cfg = TrainConfig(
+        parts=4,
+        method="adaqp",
+        assign_period=2,
+        epochs=5,
+        progress=False,
+        assign=AssignConfig(lam=0.1, group_size=4, time_limit=5.0),
+    )
+    return cfg.replace(model=cfg.model.__class__(hidden=8), **changes)
+
+
+def _metrics(workdir):
+    return [json.loads(s) for s in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_end_to_end_adaqp_reassigns_and_logs(tmp_path):
+    """`train` with method adaqp: uniform 8 bits in the first period, then a solved
+    assignment (a new compiled step), its width histogram and overhead in the metrics."""
+    full = train(_adaqp_config(workdir=str(tmp_path)), graph=GRAPH)
+    assert full["compiled_steps"] >= 2
+    assert 0 < full["assign_overhead"] < full["wall_time"]
+    lines = _metrics(tmp_path)
+    assert [("widths" in m) for m in lines] == [False, False, True, False, True]
+    assert lines[2]["assign_time"] > 0 and lines[2]["rejit_time"] >= 0
+    assert set(lines[2]["widths"]) == {"fwd0", "fwd1", "bwd1"}
+    assert set(lines[2]["solver"]) == {"fwd0", "fwd1", "bwd1"}
+    # lam = 0.1 on a 10 GbE model: some messages leave 8 bits.
+    assert any(set(v) != {"8"} for v in lines[2]["widths"].values())
+    # Bytes follow the assignment: uniform 8 bits for epochs 1-2, then fewer.
+    assert lines[0]["bytes_moved"] == lines[1]["bytes_moved"] > lines[2]["bytes_moved"]
+
+
+@pytest.mark.slow
+def test_adaqp_resume_after_reassignment_reproduces_metrics(tmp_path):
+    """A run resumed from a checkpoint taken after a re-assignment (the assignment and the
+    traces come from the checkpoint) logs exactly the metrics of an uninterrupted run."""
+    train(_adaqp_config(workdir=str(tmp_path / "full")), graph=GRAPH)
+    part = _adaqp_config(workdir=str(tmp_path / "resumed"), checkpoint_every=3, epochs=3)
+    train(part, graph=GRAPH)
+    train(part.replace(epochs=5), graph=GRAPH)
+    strip = lambda m: {  # noqa: E731
+        k: v for k, v in m.items() if k not in ("epoch_time", "assign_time", "rejit_time", "solver")
+    }
+    full, resumed = _metrics(tmp_path / "full"), _metrics(tmp_path / "resumed")
+    assert [strip(m) for m in resumed] == [strip(m) for m in full]
+
+
+def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
+    """A re-assignment without a MIP solver warns and keeps the assignment in force."""
+    import cvxpy
+
+    from jaxgraph.comm.assign import SolverFallbackWarning
+
+    num_parts = 4
+    plan = _plan(GRAPH, num_parts)
+    dims = (GRAPH.num_features, 8)
+    strategy = Adaptive(AssignConfig(lam=0.1, group_size=4), period=1)
+    previous = BitAssignment.random(plan, 2, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    traces = {
+        d: tuple(tuple(rng.random(m.shape) for m in plan.send_mask) for _ in dims)
+        for d in ("fwd", "bwd")
+    }
+    monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
+    with pytest.warns(SolverFallbackWarning, match="HIGHS is not installed"):
+        assignment, _ = strategy.solve(plan, dims, traces, previous)
+    for name in ("fwd", "bwd"):
+        for layer in range(2):
+            if name == "bwd" and layer == 0:
+                continue
+            for a, b, m in zip(
+                getattr(assignment, name)[layer],
+                getattr(previous, name)[layer],
+                plan.send_mask,
+                strict=True,
+            ):
+                np.testing.assert_array_equal(a[m], b[m])
+
+
+def test_projected_comm_time_is_the_slowest_channel_per_round():
+    """Hand computation on P = 2 (one round, two channels) with unequal pair costs."""
+    from jaxgraph.comm.costmodel import CostModel
+
+    plan = _plan(GRAPH, 2)
+    dim = 10
+    a = BitAssignment.uniform(plan, 1, 4)
+    theta = np.array([[0.0, 1.0], [3.0, 0.0]])
+    gamma = np.array([[0.0, 0.5], [0.25, 0.0]])
+    cost = CostModel(theta=theta, gamma=gamma)
+    rows = plan.send_mask[0].sum(axis=1)  # real rows sent by device 0 and 1
+    mib = [(-(-int(n) // 2) * dim + 8 * int(n)) / 2**20 for n in rows]
+    expect = max(1.0 * mib[0] + 0.5, 3.0 * mib[1] + 0.25)
+    got = projected_comm_time(plan, a, (dim,), cost)
+    assert set(got) == {"fwd0"}
+    assert got["fwd0"] == pytest.approx(expect, rel=1e-12)

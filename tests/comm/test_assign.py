@@ -1,0 +1,378 @@
+"""The bit-width program: HiGHS optimum against brute force, limits, fallbacks, grouping."""
+
+import time
+
+import cvxpy
+import numpy as np
+import pytest
+
+from jaxgraph.comm import assign
+from jaxgraph.comm.assign import (
+    BITS,
+    Channel,
+    SolverFallbackWarning,
+    expand_bits,
+    group_rows,
+    make_problem,
+    objective_bounds,
+    solve,
+    solve_brute_force,
+)
+
+REL = 1e-6  # objective agreement with brute force: the solve runs with mip_rel_gap = 0
+
+
+def _random_channels(rng, num_parts, max_rows, scale=1.0):
+    return [
+        Channel(s, (s + r) % num_parts, r, scale * rng.random(int(rng.integers(0, max_rows + 1))))
+        for r in range(1, num_parts)
+        for s in range(num_parts)
+    ]
+
+
+def _random_costs(rng, num_parts, unbalanced):
+    theta = rng.uniform(5e-4, 2e-3, (num_parts, num_parts))
+    gamma = rng.uniform(0.0, 5e-5, (num_parts, num_parts))
+    if unbalanced:  # one slow pair per sender, 50x
+        for s in range(num_parts):
+            theta[s, (s + 1) % num_parts] *= 50.0
+    return theta, gamma
+
+
+def _small_instance(seed, lam):
+    """A random instance with 1..8 groups in total."""
+    rng = np.random.default_rng(seed)
+    while True:
+        p = int(rng.choice([2, 3, 4]))
+        group_size = int(rng.choice([1, 2, 3]))
+        channels = _random_channels(rng, p, max_rows=4 if p < 4 else 2)
+        theta, gamma = _random_costs(rng, p, unbalanced=bool(seed % 2))
+        problem, groups = make_problem(
+            channels,
+            dim=int(rng.integers(8, 300)),
+            theta=theta,
+            gamma=gamma,
+            num_parts=p,
+            lam=lam,
+            group_size=group_size,
+        )
+        if 1 <= problem.num_groups <= 8:
+            return problem, channels, groups
+
+
+def _assert_valid(problem, solution):
+    """One width from ``problem.widths`` per group (the one-hot, after rounding)."""
+    assert len(solution.bits) == len(problem.channels)
+    for bits, ch in zip(solution.bits, problem.channels, strict=True):
+        assert bits.dtype == np.int8 and bits.shape == ch.count.shape
+        assert np.isin(bits, problem.widths).all()
+    for v in (solution.objective, solution.variance, solution.time):
+        assert np.isfinite(v)
+
+
+@pytest.mark.parametrize("lam", [0.1, 0.5, 0.9])
+@pytest.mark.parametrize("seed", range(5))
+def test_milp_optimum_equals_brute_force(seed, lam):
+    problem, _, _ = _small_instance(seed, lam)
+    milp = solve(problem, mip_rel_gap=0.0)
+    brute = solve_brute_force(problem)
+    _assert_valid(problem, milp)
+    assert milp.status == "optimal"
+    assert milp.objective == pytest.approx(brute.objective, rel=REL, abs=1e-12)
+    # The reported terms are those of the returned bits.
+    assert assign.evaluate(problem, milp.bits) == pytest.approx(
+        (milp.objective, milp.variance, milp.time), rel=1e-12
+    )
+
+
+def test_lam_one_gives_every_weighted_group_the_widest_width():
+    rng = np.random.default_rng(1)
+    channels = _random_channels(rng, 4, max_rows=30)
+    theta, gamma = _random_costs(rng, 4, unbalanced=True)
+    problem, _, _ = _instance(channels, theta, gamma, lam=1.0, group_size=4)
+    sol = solve(problem)
+    _assert_valid(problem, sol)
+    for bits, ch in zip(sol.bits, problem.channels, strict=True):
+        assert np.all(bits[ch.weight > 0] == 8)
+    small, _, _ = _small_instance(3, lam=1.0)
+    assert solve(small).objective == pytest.approx(solve_brute_force(small).objective, abs=1e-12)
+
+
+def _instance(channels, theta, gamma, *, lam, group_size, dim=64):
+    p = theta.shape[0]
+    problem, groups = make_problem(
+        channels, dim=dim, theta=theta, gamma=gamma, num_parts=p, lam=lam, group_size=group_size
+    )
+    return problem, channels, groups
+
+
+def _channel_time(problem, ch, bits):
+    """Seconds of one channel at group widths ``bits``, straight from the definition."""
+    mib = np.sum(ch.count * (bits.astype(np.float64) * problem.dim / 8 + 8)) / 2**20
+    return problem.theta[ch.sender, ch.receiver] * mib + problem.gamma[ch.sender, ch.receiver]
+
+
+def _bottleneck_time(problem, width):
+    """``sum_r max_c`` of every non-empty channel at ``width``, straight from the definition."""
+    worst = {}
+    for ch in problem.channels:
+        if ch.count.size:
+            mib = ch.count.sum() * (width * problem.dim / 8 + 8) / 2**20
+            t = problem.theta[ch.sender, ch.receiver] * mib + problem.gamma[ch.sender, ch.receiver]
+            worst[ch.round] = max(worst.get(ch.round, 0.0), t)
+    return sum(worst.values())
+
+
+def test_lam_zero_reaches_the_bottleneck_bound():
+    rng = np.random.default_rng(2)
+    channels = _random_channels(rng, 4, max_rows=40)
+    theta, gamma = _random_costs(rng, 4, unbalanced=True)
+    problem, _, _ = _instance(channels, theta, gamma, lam=0.0, group_size=5)
+    sol = solve(problem, mip_rel_gap=0.0)
+    _assert_valid(problem, sol)
+    bounds = objective_bounds(problem)
+    assert bounds["time_utopia"] == pytest.approx(_bottleneck_time(problem, 2), rel=1e-12)
+    assert bounds["time_nadir"] == pytest.approx(_bottleneck_time(problem, 8), rel=1e-12)
+    assert sol.time == pytest.approx(bounds["time_utopia"], rel=1e-6)
+    small, _, _ = _small_instance(4, lam=0.0)
+    assert solve(small, mip_rel_gap=0.0).time == pytest.approx(
+        objective_bounds(small)["time_utopia"], rel=1e-6
+    )
+
+
+def test_small_lam_fills_the_slack_under_the_bottleneck():
+    # Round 1 of P = 2: 0 -> 1 is 40x slower than 1 -> 0; same rows on both.
+    beta = np.array([5.0, 4.0, 3.0, 2.0])
+    channels = [Channel(0, 1, 1, beta), Channel(1, 0, 1, beta)]
+    theta = np.array([[0.0, 4e-2], [1e-3, 0.0]])
+    gamma = np.full((2, 2), 1e-5)
+    problem, _, _ = _instance(channels, theta, gamma, lam=0.01, group_size=1, dim=256)
+    sol = solve(problem, mip_rel_gap=0.0)
+    brute = solve_brute_force(problem)
+    assert sol.objective == pytest.approx(brute.objective, rel=REL)
+    slow, fast = sol.bits
+    assert np.all(slow == 2)
+    assert np.all(fast > 2)  # the fast channel gets more bits for free
+    t_slow, t_fast = (
+        _channel_time(problem, c, b) for c, b in zip(problem.channels, sol.bits, strict=True)
+    )
+    assert t_fast <= t_slow  # ...but only what fits under the bottleneck
+
+
+def test_slack_filling_stops_at_the_bottleneck():
+    # The fast channel cannot take every group at 8 bits: the optimum mixes widths.
+    beta = np.array([8.0, 4.0, 2.0, 1.0])
+    channels = [Channel(0, 1, 1, beta), Channel(1, 0, 1, beta)]
+    theta = np.array([[0.0, 3e-3], [1e-3, 0.0]])  # 3x: 2 bits slow ~ 6 bits fast on average
+    problem, _, _ = _instance(channels, theta, np.zeros((2, 2)), lam=0.01, group_size=1, dim=256)
+    sol = solve(problem, mip_rel_gap=0.0)
+    assert sol.objective == pytest.approx(solve_brute_force(problem).objective, rel=REL)
+    slow, fast = sol.bits
+    assert np.all(slow == 2) and np.any(fast > 2) and np.any(fast < 8)
+
+
+# ---------------------------------------------------------------------- grouping
+
+
+def test_group_rows_sorts_descending_and_keeps_a_partial_last_group():
+    beta = np.array([0.1, 5.0, 3.0, 3.0, 0.2])
+    group_of_row, weight, count = group_rows(beta, 2)
+    # Sorted: rows 1 (5.0), 2 (3.0), 3 (3.0, tie keeps order), 4 (0.2), 0 (0.1).
+    np.testing.assert_array_equal(group_of_row, [2, 0, 0, 1, 1])
+    np.testing.assert_allclose(weight, [8.0, 3.2, 0.1])
+    np.testing.assert_array_equal(count, [2, 2, 1])
+    assert group_of_row.dtype == np.int32 and count.dtype == np.int64
+    np.testing.assert_array_equal(expand_bits(group_of_row, [8, 4, 2]), [2, 8, 8, 4, 4])
+
+
+def test_group_rows_edge_sizes():
+    g, w, n = group_rows(np.array([1.0, 3.0, 2.0]), 10)  # group_size > n: one group
+    np.testing.assert_array_equal(g, [0, 0, 0])
+    np.testing.assert_allclose(w, [6.0])
+    np.testing.assert_array_equal(n, [3])
+    g, w, n = group_rows(np.zeros(0), 4)  # empty channel: no group
+    assert g.shape == (0,) and w.shape == (0,) and n.shape == (0,)
+    assert expand_bits(g, np.zeros(0, np.int8)).shape == (0,)
+    with pytest.raises(ValueError, match="group_size"):
+        group_rows(np.ones(3), 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        group_rows(np.array([1.0, np.nan]), 2)
+
+
+def test_assign_bits_expands_groups_to_rows_in_original_order():
+    rng = np.random.default_rng(5)
+    channels = _random_channels(rng, 3, max_rows=23) + [Channel(0, 2, 2, np.zeros(0))]
+    theta, gamma = _random_costs(rng, 3, unbalanced=True)
+    kw = dict(dim=32, theta=theta, gamma=gamma, num_parts=3, lam=0.3, group_size=4)
+    rows, info = assign.assign_bits(channels, **kw)
+    problem, groups = make_problem(channels, **kw)
+    sol = solve(problem)
+    assert info["objective"] == pytest.approx(sol.objective, rel=1e-9)
+    for r, ch, g, bits in zip(rows, channels, groups, sol.bits, strict=True):
+        assert r.dtype == np.int8 and r.shape == ch.beta.shape
+        for v in range(ch.beta.size):  # each row carries its group's width
+            assert r[v] == bits[g[v]]
+    assert sum(info["rows_per_width"].values()) == sum(c.beta.size for c in channels)
+
+
+# ---------------------------------------------------------------------- limits and failures
+
+
+def test_time_limited_large_instance_returns_a_valid_assignment():
+    rng = np.random.default_rng(6)
+    p, group_size = 8, 10
+    channels = [
+        Channel(s, (s + r) % p, r, rng.lognormal(0.0, 2.0, int(rng.integers(300, 420))))
+        for r in range(1, p)
+        for s in range(p)
+    ]
+    theta, gamma = _random_costs(rng, p, unbalanced=True)
+    problem, _, _ = _instance(channels, theta, gamma, lam=0.5, group_size=group_size, dim=128)
+    assert problem.num_groups >= 2000
+    t0 = time.perf_counter()
+    sol = solve(problem, time_limit=1.0, mip_rel_gap=0.0)
+    assert time.perf_counter() - t0 < 1.0 + 4.0
+    assert sol.status in ("optimal", "user_limit") and not sol.used_fallback
+    _assert_valid(problem, sol)
+
+
+def test_no_integer_solution_in_time_falls_back_with_a_warning():
+    problem, _, _ = _small_instance(0, lam=0.5)
+    with pytest.warns(SolverFallbackWarning, match="no integer solution.*uniform 8-bit"):
+        sol = solve(problem, time_limit=0.0)
+    assert sol.used_fallback and sol.status == "fallback"
+    assert all(np.all(b == 8) for b in sol.bits)
+
+
+def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
+    monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["CLARABEL", "SCS"])
+    rng = np.random.default_rng(7)
+    channels = _random_channels(rng, 3, max_rows=10)
+    previous = [rng.choice(BITS, size=c.beta.size).astype(np.int8) for c in channels]
+    theta, gamma = _random_costs(rng, 3, unbalanced=False)
+    with pytest.warns(
+        SolverFallbackWarning, match=r"HIGHS is not installed .*previous bit assignment"
+    ):
+        rows, info = assign.assign_bits(
+            channels,
+            dim=16,
+            theta=theta,
+            gamma=gamma,
+            num_parts=3,
+            lam=0.5,
+            group_size=3,
+            fallback=previous,
+        )
+    for r, prev in zip(rows, previous, strict=True):
+        np.testing.assert_array_equal(r, prev)
+    assert info["used_fallback"] and np.isfinite(info["objective"])
+
+
+def test_solver_error_falls_back(monkeypatch):
+    def broken(*args, **kwargs):
+        raise cvxpy.error.SolverError("HiGHS crashed")
+
+    monkeypatch.setattr(cvxpy.Problem, "get_problem_data", broken)
+    problem, _, _ = _small_instance(1, lam=0.5)
+    with pytest.warns(SolverFallbackWarning, match="HIGHS raised SolverError: HiGHS crashed"):
+        sol = solve(problem, fallback=4)
+    assert all(np.all(b == 4) for b in sol.bits)
+    with pytest.warns(SolverFallbackWarning, match="for k1"):
+        out = assign.solve_many({"k1": problem}, fallback=2)
+    assert all(np.all(b == 2) for b in out["k1"].bits)
+
+
+# ---------------------------------------------------------------------- degenerate inputs
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
+def test_zero_weights_and_free_transfers_give_finite_objectives(lam):
+    rng = np.random.default_rng(8)
+    zeros = [
+        Channel(c.sender, c.receiver, c.round, 0.0 * c.beta)
+        for c in _random_channels(rng, 3, max_rows=6)
+    ]
+    theta, gamma = _random_costs(rng, 3, unbalanced=False)
+    for th, ga in ((theta, gamma), (np.zeros((3, 3)), np.zeros((3, 3)))):
+        problem, _, _ = _instance(zeros, th, ga, lam=lam, group_size=2)
+        sol = solve(problem, mip_rel_gap=0.0)
+        _assert_valid(problem, sol)
+        if lam == 1.0 or not th.any():
+            assert all(np.all(b == 8) for b in sol.bits)  # nothing to trade: widest
+        bounds = objective_bounds(problem)
+        assert all(np.isfinite(v) for v in bounds.values())
+        if problem.num_groups <= 8:
+            assert sol.objective == pytest.approx(solve_brute_force(problem).objective, abs=1e-9)
+
+
+def test_identical_channel_costs():
+    rng = np.random.default_rng(9)
+    channels = _random_channels(rng, 4, max_rows=8)
+    problem, _, _ = _instance(
+        channels, np.full((4, 4), 1e-3), np.full((4, 4), 1e-5), lam=0.5, group_size=4
+    )
+    sol = solve(problem, mip_rel_gap=0.0)
+    _assert_valid(problem, sol)
+    single, _, _ = _instance(
+        channels[:1], np.full((4, 4), 1e-3), np.full((4, 4), 1e-5), lam=0.5, group_size=1
+    )
+    assert solve(single).objective == pytest.approx(solve_brute_force(single).objective, abs=1e-9)
+
+
+def test_empty_problem_and_single_width():
+    theta = np.full((2, 2), 1e-3)
+    empty, _, _ = _instance([Channel(0, 1, 1, np.zeros(0))], theta, theta, lam=0.5, group_size=2)
+    sol = solve(empty)
+    assert sol.status == "empty" and sol.bits[0].shape == (0,) and sol.objective == 0.0
+    one = assign.Problem(
+        channels=(assign.ChannelGroups(0, 1, 1, np.array([1.0]), np.array([3])),),
+        dim=8,
+        theta=theta,
+        gamma=theta,
+        lam=0.5,
+        num_parts=2,
+        widths=(4,),
+    )
+    assert solve(one).bits[0].tolist() == [4]
+
+
+def test_solve_many_and_solve_channels_match_single_solves():
+    rng = np.random.default_rng(10)
+    theta, gamma = _random_costs(rng, 3, unbalanced=True)
+    specs = {f"fwd{i}": (_random_channels(rng, 3, max_rows=12), 16 * (i + 1)) for i in range(3)}
+    kw = dict(theta=theta, gamma=gamma, num_parts=3, lam=0.5, group_size=3)
+    out = assign.solve_channels(specs, mip_rel_gap=0.0, max_workers=3, **kw)
+    problems = {k: make_problem(ch, dim=d, **kw)[0] for k, (ch, d) in specs.items()}
+    many = assign.solve_many(problems, mip_rel_gap=0.0, max_workers=3)
+    for key, problem in problems.items():
+        single = solve(problem, mip_rel_gap=0.0)
+        assert many[key].objective == pytest.approx(single.objective, rel=REL)
+        rows, info = out[key]
+        assert info["objective"] == pytest.approx(single.objective, rel=REL)
+        assert [r.shape for r in rows] == [c.beta.shape for c in specs[key][0]]
+
+
+def test_bad_problems_raise():
+    theta = np.full((2, 2), 1e-3)
+    ch = [Channel(0, 1, 1, np.ones(2))]
+    with pytest.raises(ValueError, match="lam"):
+        make_problem(ch, dim=8, theta=theta, gamma=theta, num_parts=2, lam=1.5, group_size=1)
+    with pytest.raises(ValueError, match=r"theta must have shape \[P, P\]"):
+        make_problem(ch, dim=8, theta=theta, gamma=theta, num_parts=3, lam=0.5, group_size=1)
+    with pytest.raises(ValueError, match="distinct devices"):
+        make_problem(
+            [Channel(1, 1, 1, np.ones(2))],
+            dim=8,
+            theta=theta,
+            gamma=theta,
+            num_parts=2,
+            lam=0.5,
+            group_size=1,
+        )
+    problem, _ = make_problem(
+        ch, dim=8, theta=theta, gamma=theta, num_parts=2, lam=0.5, group_size=1
+    )
+    with pytest.raises(ValueError, match="time_limit"):
+        solve(problem, time_limit=-1.0)
+    with pytest.raises(ValueError, match="fallback width"):
+        solve(problem, fallback=3)

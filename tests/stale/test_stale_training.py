@@ -1,0 +1,296 @@
+"""CAGNET and Sancus in the Trainer: the single-device oracle when nothing is stale, frozen
+blocks under an infinite bound, consistent caches, byte accounting, clipping and resume."""
+
+import functools
+import json
+import math
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxgraph.comm.broadcast import broadcast_bytes
+from jaxgraph.comm.stale import CAGNET, Sancus, StalenessPolicy, decision_bytes
+from jaxgraph.comm.strategy import GraphShard, Vanilla
+from jaxgraph.mesh import make_mesh
+from jaxgraph.models import make_model
+from jaxgraph.models.oracle import oracle_forward, oracle_loss, oracle_loss_and_grads
+from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.partition.blockhalo import build_block_halo_plan
+from jaxgraph.train import (
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    Trainer,
+    make_optimizer,
+    train,
+)
+from jaxgraph.train.checkpoint import read_leaves
+
+from graph_cases import ALL_CASES, random_graph
+
+RTOL = ATOL = 1e-5  # fp32 policy
+GRAPH = random_graph(n=100, avg_deg=6, seed=7)
+HIDDEN = 8
+
+
+def _setup(strategy, graph, num_parts, *, model_name="gcn", pad_multiple=1, dropout=0.0, **kw):
+    parts = partition_graph(graph, num_parts, method="metis", seed=0)
+    plan = build_block_halo_plan(graph, parts, num_parts=num_parts, pad_multiple=pad_multiple)
+    model = make_model(
+        model_name, hidden=HIDDEN, out_dim=graph.num_classes, num_layers=2, dropout=dropout
+    )
+    trainer = Trainer(
+        model,
+        make_optimizer(OptimConfig()),
+        strategy,
+        make_mesh(num_parts),
+        num_train=int(graph.train_mask.sum()),
+        **kw,
+    )
+    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
+    comm = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
+    state = trainer.create_state(jax.random.key(42), graph.num_features, comm)
+    return plan, trainer, shards, state
+
+
+@functools.cache
+def _oracle_steps(steps=3):
+    """Oracle loss before each of ``steps`` Adam steps from the test model's initial
+    parameters, and the parameters after them (jitted once, shared by every mesh size)."""
+    _, _, _, state = _setup(CAGNET(), GRAPH, 1)
+    tx = make_optimizer(OptimConfig())
+
+    @jax.jit
+    def run(params):
+        opt_state, losses = tx.init(params), []
+        for _ in range(steps):
+            loss, grads = jax.value_and_grad(
+                lambda p: oracle_loss(oracle_forward("gcn", p, GRAPH, num_layers=2), GRAPH)
+            )(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            losses.append(loss)
+        return losses, params
+
+    params = jax.device_get(state.params)
+    loss0, grads0 = oracle_loss_and_grads("gcn", params, GRAPH, num_layers=2)
+    losses, final = jax.device_get(run(params))
+    return float(loss0), jax.device_get(grads0), [float(x) for x in losses], final
+
+
+def _assert_tree_close(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("num_parts", "pad"),
+    [
+        (1, 1),
+        pytest.param(2, 1, marks=pytest.mark.slow),
+        pytest.param(4, 1, marks=pytest.mark.slow),
+        (4, 16),
+        (8, 1),
+    ],
+)
+def test_cagnet_matches_oracle(num_parts, pad):
+    """Loss and gradients equal the dense single-device oracle; padding changes nothing."""
+    _, trainer, shards, state = _setup(CAGNET(), GRAPH, num_parts, pad_multiple=pad)
+    loss, grads = trainer.loss_and_grads(state, shards)
+    ref_loss, ref_grads, _, _ = _oracle_steps()
+    np.testing.assert_allclose(float(loss), ref_loss, rtol=RTOL, atol=ATOL)
+    _assert_tree_close(grads, ref_grads)
+
+
+def test_cagnet_sage_on_directed_graph_matches_oracle():
+    """Mean aggregation on a directed graph: Â is not symmetric, so the backward must be the
+    true transpose (CAGNET's reuse of the forward blocks would be wrong here)."""
+    graph = ALL_CASES["directed"]()
+    plan, trainer, shards, state = _setup(CAGNET(), graph, 4, model_name="sage")
+    loss, grads = trainer.loss_and_grads(state, shards)
+    ref_loss, ref_grads = oracle_loss_and_grads("sage", state.params, graph, num_layers=2)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=RTOL, atol=ATOL)
+    _assert_tree_close(grads, ref_grads)
+    # Evaluation runs the Vanilla ring on the same shards: whole blocks, the same halo.
+    logits = plan.unshard_nodes(np.asarray(trainer.logits(state.params, shards)))
+    expect = oracle_forward("sage", state.params, graph, num_layers=2)
+    np.testing.assert_allclose(logits, np.asarray(expect), rtol=RTOL, atol=ATOL)
+
+
+def _layer_bytes(plan, dims, num_parts):
+    """Mesh-total bytes of one layer's broadcasts (forward) at each layer width."""
+    return [num_parts * broadcast_bytes((plan.num_local_rows, f), num_parts)[1] for f in dims]
+
+
+@pytest.mark.parametrize(
+    "num_parts",
+    [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow), 8],
+)
+def test_sancus_never_stale_trains_like_the_oracle(num_parts):
+    """Δ_E = 0 without warm-up: three Adam steps equal three steps on the oracle loss. The
+    first layer's features are sent at epoch 1 only (they never change), exactly."""
+    strategy = Sancus(StalenessPolicy("epoch", 0, warmup=0))
+    plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
+    _, _, ref_losses, ref_params = _oracle_steps()
+    sent = []
+    for ref_loss in ref_losses:
+        state, metrics = trainer.train_step(state, shards)
+        np.testing.assert_allclose(float(metrics["loss"]), ref_loss, rtol=RTOL, atol=ATOL)
+        sent.append(float(metrics["bytes_moved"]))
+    _assert_tree_close(state.params, ref_params)
+    fwd0, fwd1 = _layer_bytes(plan, (GRAPH.num_features, HIDDEN), num_parts)
+    fixed = fwd1 + fwd1 + 2 * num_parts * decision_bytes(num_parts)  # layer 1 fwd + bwd
+    assert sent == [fixed + fwd0, fixed, fixed]
+
+
+def _check_consistent(comm_state, num_parts):
+    """Every receiver's cache entry and tag equal the owner's last broadcast, bit for bit."""
+    for st in comm_state:
+        st = jax.device_get(st)
+        for i in range(num_parts):
+            for r in range(1, num_parts):
+                j = (i - r) % num_parts
+                np.testing.assert_array_equal(st["cache"][i, r - 1], st["last_sent"][j])
+                assert st["tags"][i, r - 1] == st["sent_version"][j]
+
+
+def test_infinite_bound_freezes_blocks_after_warmup():
+    num_parts, warmup = 4, 2
+    strategy = Sancus(StalenessPolicy("adaptive", math.inf, warmup=warmup))
+    plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
+    for _ in range(warmup):
+        state, _ = trainer.train_step(state, shards)
+    frozen = jax.device_get(state.comm_state)
+    assert all(int(v) == warmup for v in frozen[1]["sent_version"])
+    bytes_after = []
+    for _ in range(3):
+        state, metrics = trainer.train_step(state, shards)
+        bytes_after.append(float(metrics["bytes_moved"]))
+    now = jax.device_get(state.comm_state)
+    for old, new in zip(frozen, now, strict=True):
+        for key in ("cache", "tags", "last_sent", "sent_version"):
+            np.testing.assert_array_equal(new[key], old[key])
+        assert np.all(new["count"] == warmup + 3)
+    _check_consistent(now, num_parts)
+    # Only the backward reductions and the decision tables move: no broadcast at all.
+    (fwd1,) = _layer_bytes(plan, (HIDDEN,), num_parts)
+    assert bytes_after == [fwd1 + 2 * num_parts * decision_bytes(num_parts)] * 3
+
+
+def test_skipped_broadcasts_keep_caches_consistent_and_cost_nothing():
+    """Δ_E = 1 with input dropout: the first layer's rows change every epoch and are re-sent
+    (exact); layer 1 is broadcast every other epoch; skipped epochs move 0 broadcast bytes."""
+    num_parts = 4
+    strategy = Sancus(StalenessPolicy("epoch", 1, warmup=1))
+    plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts, dropout=0.5)
+    fwd0, fwd1 = _layer_bytes(plan, (GRAPH.num_features, HIDDEN), num_parts)
+    fixed = fwd0 + fwd1 + 2 * num_parts * decision_bytes(num_parts)  # layer 0 fwd, layer 1 bwd
+    for epoch in range(1, 6):
+        state, metrics = trainer.train_step(state, shards)
+        _check_consistent(state.comm_state, num_parts)
+        layer1 = jax.device_get(state.comm_state[1])
+        broadcast = epoch % 2 == 1  # sent at 1 (warm-up), reused at 2, sent at 3, ...
+        assert np.all(layer1["sent_version"] == (epoch if broadcast else epoch - 1))
+        assert float(metrics["bytes_moved"]) == fixed + (fwd1 if broadcast else 0)
+
+
+def _per_copy_gradients(graph, parts, params, num_parts):
+    """Dense oracle of the per-device gradients: every node's rows are computed with its owner's
+    copy of the parameters, and ``δ_i`` is the gradient w.r.t. copy ``i`` (the terms a
+    data-parallel worker computes for its rows before the all-reduce; they sum to the full
+    gradient)."""
+    a = jnp.asarray(graph.normalized_adjacency("gcn").toarray())
+    owner = [jnp.asarray(parts == d)[:, None] for d in range(num_parts)]
+
+    def loss(copies):
+        h = jnp.asarray(graph.features)
+        for layer in range(2):
+            z = a @ h
+            h = sum(
+                jnp.where(owner[d], z @ c[f"conv{layer}"]["kernel"] + c[f"conv{layer}"]["bias"], 0)
+                for d, c in enumerate(copies)
+            )
+            h = jax.nn.relu(h) if layer == 0 else h
+        return oracle_loss(h, graph)
+
+    return jax.jit(jax.grad(loss))([params] * num_parts)
+
+
+def test_local_gradient_clipping_clips_each_device_partial():
+    """The update direction is sum_i clip(δ_i, sqrt(P) th) with δ_i this device's gradient;
+    the threshold is chosen so that some devices clip and some do not."""
+    graph, num_parts = random_graph(n=80, avg_deg=5, seed=3), 4
+    parts = partition_graph(graph, num_parts, method="metis", seed=0)
+    plan = build_halo_plan(graph, parts, num_parts=num_parts)
+    model = make_model("gcn", hidden=HIDDEN, out_dim=graph.num_classes, dropout=0.0)
+
+    def make_trainer(clip):
+        return Trainer(
+            model,
+            make_optimizer(OptimConfig()),
+            Vanilla(),
+            make_mesh(num_parts),
+            num_train=int(graph.train_mask.sum()),
+            local_grad_clip=clip,
+        )
+
+    key = jax.random.key(0)
+    params = jax.device_get(make_trainer(None).create_state(key, graph.num_features, {}).params)
+    deltas = jax.device_get(_per_copy_gradients(graph, parts, params, num_parts))
+    _, full = oracle_loss_and_grads("gcn", params, graph, num_layers=2)
+    _assert_tree_close(jax.tree.map(lambda *g: sum(g), *deltas), full)
+    norms = [float(np.sqrt(sum(np.sum(x * x) for x in jax.tree.leaves(d)))) for d in deltas]
+    th_i = float(np.median(norms))  # clips the larger half only
+    assert min(norms) < th_i < max(norms)
+    expect = jax.tree.map(
+        lambda *g: sum(x * min(1.0, th_i / n) for x, n in zip(g, norms, strict=True)), *deltas
+    )
+
+    trainer = make_trainer(th_i / math.sqrt(num_parts))
+    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
+    state = trainer.create_state(key, graph.num_features, {})
+    _, grads = trainer.loss_and_grads(state, shards)
+    _assert_tree_close(grads, expect)
+
+
+def _metrics(workdir):
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "epoch_time"}
+        for line in (workdir / "metrics.jsonl").read_text().splitlines()
+    ]
+
+
+def test_checkpoint_resume_restores_caches_exactly(tmp_path):
+    """train() with a Sancus method: resuming from the epoch-3 checkpoint reproduces the
+    uninterrupted run's metrics and its final cache, tags and last-sent copies bit for bit."""
+    graph = random_graph(n=120, avg_deg=6, seed=11)
+    config = TrainConfig(
+        model=ModelConfig(name="gcn", hidden=HIDDEN, dropout=0.5),
+        parts=4,
+        method="sancus-e1-w2",
+        epochs=6,
+        checkpoint_every=3,
+        progress=False,
+    )
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    train(config.replace(workdir=str(full)), graph=graph)
+    # A run stopped after its epoch-3 checkpoint: keep that checkpoint and its metrics.
+    (cut / "checkpoints").mkdir(parents=True)
+    shutil.copy(full / "checkpoints" / "ckpt_000003.npz", cut / "checkpoints")
+    lines = (full / "metrics.jsonl").read_text().splitlines()[:3]
+    (cut / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    train(config.replace(workdir=str(cut)), graph=graph)
+    records = _metrics(full)
+    assert _metrics(cut) == records
+    sent = [r["bytes_moved"] for r in records]
+    assert sent[2] < sent[1] and sent[3] == sent[1] and sent[4] == sent[2]  # skipped at 3, 5
+    a = read_leaves(full / "checkpoints" / "ckpt_000006.npz", ".comm_state")
+    b = read_leaves(cut / "checkpoints" / "ckpt_000006.npz", ".comm_state")
+    assert sorted(a) == sorted(b) and any("cache" in k for k in a)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
