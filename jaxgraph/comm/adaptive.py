@@ -102,7 +102,7 @@ def parse_interconnect(spec: str) -> tuple[str, int, str | None]:
     from jaxgraph.comm.costmodel import PRESETS
 
     fields = spec.split(":")
-    ok = len(fields) in (1, 3) and all(f in PRESETS for f in fields[:: 2])
+    ok = len(fields) in (1, 3) and all(f in PRESETS for f in fields[::2])
     if ok and len(fields) == 3:
         ok = fields[1].isdigit() and int(fields[1]) >= 1
     if not ok:
