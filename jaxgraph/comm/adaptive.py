@@ -230,7 +230,23 @@ class Adaptive(Quantized):
             bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
         )
         t_gather = time.perf_counter() - t0
-        assignment, info = self.solve(plan, layer_dims, traces, previous)
+        if jax.process_count() == 1:
+            assignment, info = self.solve(plan, layer_dims, traces, previous)
+        else:
+            # Process 0 solves (a time-limited solve need not give the same answer twice);
+            # every process receives its assignment.
+            from jax.experimental import multihost_utils
+
+            if jax.process_index() == 0:
+                assignment, info = self.solve(plan, layer_dims, traces, previous)
+            else:
+                assignment, info = previous, {}
+            fwd, bwd = multihost_utils.broadcast_one_to_all((assignment.fwd, assignment.bwd))
+            assignment = BitAssignment(
+                fwd=jax.tree.map(np.asarray, fwd), bwd=jax.tree.map(np.asarray, bwd)
+            )
+            if jax.process_index() != 0:
+                info = {"widths": _used_widths(assignment, plan), "solved_on": 0}
         info["gather_time"] = t_gather
         info["epoch"] = epoch
         self.last_update = info
@@ -309,8 +325,7 @@ class Adaptive(Quantized):
         assignment = BitAssignment(
             fwd=tuple(tuple(r) for r in fwd), bwd=tuple(tuple(r) for r in bwd)
         )
-        # Layer 0 has no backward exchange: its backward widths are never used.
-        log["widths"] = {k: v for k, v in assignment.width_counts(plan).items() if k != "bwd0"}
+        log["widths"] = _used_widths(assignment, plan)
         # Modelled communication seconds per step of the new assignment: under the cost model
         # in use and under fixed presets (comparable across runs and methods).
         log["cost_model"] = cost.source
@@ -404,6 +419,11 @@ def projected_comm_time(
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _used_widths(assignment: BitAssignment, plan: HaloPlan) -> dict:
+    """Message counts per width and exchange key; layer 0 has no backward exchange."""
+    return {k: v for k, v in assignment.width_counts(plan).items() if k != "bwd0"}
 
 
 def _replace(seq: tuple, index: int, value) -> tuple:

@@ -1,0 +1,162 @@
+#!/usr/bin/env python
+"""The short accelerator check: every Pallas kernel compiled for the device against its jnp
+reference, their throughput, and a few training steps per communication method.
+
+Run on a machine with a GPU (a few minutes); on CPU it runs the same checks with the
+reference backend and says so. Exits non-zero if a kernel fails to compile, differs from its
+reference, or a training step fails. Results are printed and, with ``--out DIR``, written to
+``DIR/gpu_check.json``.
+
+    python experiments/gpu_check.py --out "$OUT"
+    python experiments/hlo_overlap.py --out "$OUT/hlo"      # exchange / compute overlap
+
+The exchange itself needs several devices; with one GPU the training steps run on ``P = 1``
+(no halo), and the kernels are what is checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _timed(fn, *args, repeats: int = 5) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _kernel_args(gpu: bool) -> dict:
+    """Compiled Pallas on a GPU; the Pallas interpreter elsewhere (slow: small shapes)."""
+    from pallas_kernels.backend import Backend
+
+    return {"backend": Backend.PALLAS} if gpu else {"interpret": True}
+
+
+def check_quantize(report: dict, gpu: bool) -> bool:
+    from pallas_kernels.backend import Backend
+    from pallas_kernels.quantize import dequantize, quantize
+
+    ok = True
+    key = jax.random.key(0)
+    kernel = _kernel_args(gpu)
+    for n, d in ((4096, 128), (65_536, 602)) if gpu else ((64, 128), (40, 602)):
+        x = jax.random.normal(jax.random.key(1), (n, d), jnp.float32)
+        for bits in (2, 4, 8):
+            name = f"quantize n={n} d={d} b={bits}"
+            try:
+                ref = quantize(x, bits, key, backend=Backend.REFERENCE)
+                got = quantize(x, bits, key, **kernel)
+                same = all(bool(jnp.array_equal(a, b)) for a, b in zip(ref, got, strict=True))
+                back_ref = dequantize(*ref, bits, n, backend=Backend.REFERENCE)
+                back = dequantize(*got, bits, n, **kernel)
+                same &= bool(jnp.allclose(back, back_ref, rtol=0, atol=1e-6))
+                fq = jax.jit(lambda x, b=bits: quantize(x, b, key, **kernel))
+                t = _timed(fq, x)
+                copy = _timed(jax.jit(lambda x: x + 0), x)
+                report[name] = {
+                    "equal_to_reference": same,
+                    "quantize_GBps": x.nbytes / t / 1e9,
+                    "copy_GBps": 2 * x.nbytes / copy / 1e9,
+                }
+                ok &= same
+            except Exception as e:  # report every kernel, fail at the end
+                report[name] = {"error": f"{type(e).__name__}: {e}"}
+                traceback.print_exc()
+                ok = False
+    return ok
+
+
+def check_bitmap(report: dict, gpu: bool) -> bool:
+    from jaxgraph.embed.compress import encode
+    from jaxgraph.embed.walks import Walks
+    from pallas_kernels.backend import Backend
+    from pallas_kernels.bitmap import decode
+
+    rng = np.random.default_rng(0)
+    num_walks, length = (20_000, 80) if gpu else (50, 20)
+    kernel = _kernel_args(gpu)
+    nodes = rng.zipf(1.6, size=(num_walks, length)).astype(np.int64) % 5000
+    lengths = rng.integers(1, length + 1, num_walks).astype(np.int32)
+    nodes = np.where(np.arange(length) < lengths[:, None], nodes, -1).astype(np.int32)
+    c = encode(Walks(nodes, lengths), 2)
+    args = [jnp.asarray(a) for a in (c.hot_ids, c.bitmaps, c.residual, c.lengths)]
+    try:
+        ref = decode(*args, walk_length=length, backend=Backend.REFERENCE)
+        got = decode(*args, walk_length=length, **kernel)
+        same = bool(jnp.array_equal(ref, got)) and bool(jnp.array_equal(got, nodes))
+        f = jax.jit(lambda *a: decode(*a, walk_length=length, **kernel))
+        t = _timed(f, *args)
+        report["bitmap decode"] = {
+            "equal_to_reference": same,
+            "walks_per_s": num_walks / t,
+            "compressed_bytes": int(c.nbytes),
+            "raw_bytes": int(nodes.nbytes),
+        }
+        return same
+    except Exception as e:
+        report["bitmap decode"] = {"error": f"{type(e).__name__}: {e}"}
+        traceback.print_exc()
+        return False
+
+
+def check_training(report: dict) -> bool:
+    from jaxgraph.train import ModelConfig, TrainConfig, train
+
+    ok = True
+    parts = min(jax.device_count(), 8)
+    for method in ("vanilla", "quant-4", "adaqp"):
+        cfg = TrainConfig(
+            model=ModelConfig(hidden=64),
+            parts=parts,
+            method=method,
+            epochs=6,
+            assign_period=3,
+            progress=False,
+        )
+        try:
+            s = train(cfg)
+            report[f"train cora P={parts} {method}"] = {
+                k: s[k] for k in ("median_epoch_time", "compile_time", "bytes_per_epoch")
+            }
+        except Exception as e:
+            report[f"train cora P={parts} {method}"] = {"error": f"{type(e).__name__}: {e}"}
+            traceback.print_exc()
+            ok = False
+    return ok
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    platform = jax.devices()[0].platform
+    report = {"platform": platform, "devices": jax.device_count(), "jax": jax.__version__}
+    print(f"platform {platform}, {jax.device_count()} device(s)", flush=True)
+    gpu = platform == "gpu"
+    if not gpu:
+        print("no GPU: kernels run in the Pallas interpreter on small shapes (timings meaningless)")
+    ok = check_quantize(report, gpu)
+    ok &= check_bitmap(report, gpu)
+    ok &= check_training(report)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
