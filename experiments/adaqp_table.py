@@ -150,18 +150,17 @@ def _mean_std(values):
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+def _config_key(row: dict) -> tuple:
+    """The settings that make one table row (everything but the seed)."""
+    return tuple(
+        row[f] for f in ("dataset", "model", "parts", "method", "lam", "group_size", "period")
+    )
+
+
 def markdown(rows: list[dict]) -> str:
     keys = []
     for r in rows:
-        k = (
-            r["dataset"],
-            r["model"],
-            r["parts"],
-            r["method"],
-            r["lam"],
-            r["group_size"],
-            r["period"],
-        )
+        k = _config_key(r)
         if k not in keys:
             keys.append(k)
     lines = [
@@ -171,20 +170,7 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k in keys:
-        sel = [
-            r
-            for r in rows
-            if (
-                r["dataset"],
-                r["model"],
-                r["parts"],
-                r["method"],
-                r["lam"],
-                r["group_size"],
-                r["period"],
-            )
-            == k
-        ]
+        sel = [r for r in rows if _config_key(r) == k]
         base = [
             r
             for r in rows
