@@ -2,6 +2,12 @@
 
 On a CPU the command emulates ``--cpu-devices`` devices (default 8) so that multi-part runs
 work on one machine; this is set before JAX starts, never at library import.
+
+``train`` also runs as one process per host (multi-controller JAX): the coordinator address,
+process count and process id come from ``--coordinator --num-processes --process-id``, the
+environment (``JAXGRAPH_COORDINATOR``, ``JAXGRAPH_NUM_PROCESSES``, ``JAXGRAPH_PROCESS_ID``) or a
+multi-task SLURM / Open MPI launch (see :mod:`jaxgraph.distributed`); the runtime starts before
+any other JAX call. Only process 0 prints the summary.
 """
 
 from __future__ import annotations
@@ -71,6 +77,23 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--checkpoint-every", type=int)
     tp.add_argument("--workdir")
     tp.add_argument("--no-progress", action="store_true")
+    dist = tp.add_argument_group(
+        "multi-process runs (one process per host; default: environment, see jaxgraph.distributed)"
+    )
+    dist.add_argument("--coordinator", help="host:port of process 0 (JAXGRAPH_COORDINATOR)")
+    dist.add_argument("--num-processes", type=int, help="(JAXGRAPH_NUM_PROCESSES)")
+    dist.add_argument("--process-id", type=int, help="this process, 0-based (JAXGRAPH_PROCESS_ID)")
+    dist.add_argument(
+        "--init-timeout",
+        type=int,
+        help="seconds to wait for all processes to connect (JAXGRAPH_INIT_TIMEOUT, default 300)",
+    )
+    dist.add_argument(
+        "--heartbeat-timeout",
+        type=int,
+        help="seconds of silence before a peer counts as dead "
+        "(JAXGRAPH_HEARTBEAT_TIMEOUT, default 100)",
+    )
 
     ep = sub.add_parser("embed", help="random-walk node embedding (FeLoG, DeepWalk, node2vec)")
     ep.add_argument("--dataset", default="blogcatalog", help="bundled dataset, or 'sbm'")
@@ -165,10 +188,45 @@ def _train_config(args):
     )
 
 
+def _start_distributed(args) -> str:
+    """Joins a multi-process run if one is configured; returns a label for messages."""
+    from jaxgraph.distributed import DistributedConfig, initialize
+
+    config = DistributedConfig.from_env(
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        init_timeout=args.init_timeout,
+        heartbeat_timeout=args.heartbeat_timeout,
+    )
+    if not initialize(config):
+        return ""
+    import jax
+
+    return f" (process {jax.process_index()}/{jax.process_count()})"
+
+
+def _refuse_multi_process(command: str) -> None:
+    from jaxgraph.distributed import DistributedConfig, detect_launcher
+
+    config = DistributedConfig.from_env()
+    if (config.explicit and config.num_processes != 1) or detect_launcher():
+        raise ValueError(
+            f"multi-process runs are supported by `jaxgraph train` only, not `{command}` "
+            "(unset JAXGRAPH_COORDINATOR / JAXGRAPH_NUM_PROCESSES / JAXGRAPH_PROCESS_ID, or "
+            "run a single task)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _emulate_cpu_devices(args.cpu_devices)
+    where = ""
     try:
+        if args.command == "train":
+            where = _start_distributed(args)  # before any other JAX call
+        elif args.command == "embed":
+            _refuse_multi_process("embed")
         if args.command == "datasets":
             from jaxgraph.data import format_dataset_info
 
@@ -192,12 +250,14 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(run_cli(args), indent=2))
         elif args.command == "train":
+            from jaxgraph.distributed import is_primary
             from jaxgraph.train import train
 
             summary = train(_train_config(args))
-            print(json.dumps(summary, indent=2))
+            if is_primary():
+                print(json.dumps(summary, indent=2))
     except (ValueError, RuntimeError, OSError) as e:
-        print(f"jaxgraph {args.command}: error: {e}", file=sys.stderr)
+        print(f"jaxgraph {args.command}{where}: error: {e}", file=sys.stderr)
         return 2
     return 0
 

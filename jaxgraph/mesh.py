@@ -1,4 +1,9 @@
-"""Building the device mesh that the distributed programs run on."""
+"""Building the device mesh that the distributed programs run on, and moving arrays onto it.
+
+Multi-process (multi-controller) runs: the mesh spans every process's devices
+(``jax.devices()`` is global); :func:`place` materialises only this process's shards of a host
+array that every process holds, and :func:`to_host` brings a whole array back to every process.
+"""
 
 from __future__ import annotations
 
@@ -25,14 +30,19 @@ def make_mesh(
     Args:
       num_parts: number of graph parts; one device per part.
       axis_name: name of the mesh axis that the programs' collectives use.
-      devices: devices to use (default: the first ``num_parts`` of ``jax.devices()``).
+      devices: devices to use (default: the first ``num_parts`` of ``jax.devices()``; in a
+        multi-process run, the first ``num_parts / process_count`` devices of every process,
+        so that every process takes part in every program).
 
     Raises:
-      ValueError: if ``num_parts`` is not positive or exceeds the available devices (the message
-        says how to emulate more devices on a CPU).
+      ValueError: if ``num_parts`` is not positive, exceeds the available devices (the message
+        says how to emulate more devices on a CPU) or, in a multi-process run, is not a
+        multiple of the process count.
     """
     if num_parts < 1:
         raise ValueError(f"the number of parts must be at least 1, got {num_parts}")
+    if devices is None and jax.process_count() > 1:
+        devices = _per_process_devices(num_parts)
     devices = list(jax.devices() if devices is None else devices)
     if num_parts > len(devices):
         raise ValueError(
@@ -40,6 +50,52 @@ def make_mesh(
             f"{devices[0].platform} device(s) are available; {EMULATION_HINT}"
         )
     return Mesh(np.asarray(devices[:num_parts]), (axis_name,))
+
+
+def _per_process_devices(num_parts: int) -> list[jax.Device]:
+    """``num_parts / process_count`` devices of every process, ordered by process then id."""
+    procs = jax.process_count()
+    if num_parts % procs:
+        raise ValueError(
+            f"{num_parts} parts cannot be spread evenly over {procs} processes; "
+            f"use a multiple of {procs}"
+        )
+    per = num_parts // procs
+    devices = []
+    for i in range(procs):
+        local = sorted((d for d in jax.devices() if d.process_index == i), key=lambda d: d.id)
+        if per > len(local):
+            raise ValueError(
+                f"{num_parts} parts over {procs} processes need {per} devices per process but "
+                f"process {i} has {len(local)} {local[0].platform} device(s); {EMULATION_HINT}"
+            )
+        devices += local[:per]
+    return devices
+
+
+def place(value, sharding: jax.sharding.Sharding) -> jax.Array:
+    """A host array, identical on every process, laid out on devices as ``sharding``.
+
+    Each process materialises only its addressable shards (``jax.make_array_from_callback``),
+    so a multi-process run never copies a shard to, or through, a host that does not own it.
+    """
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """The whole value of ``x`` as a NumPy array, on every process.
+
+    An array sharded over several processes is all-gathered
+    (``multihost_utils.process_allgather``): a collective, so every process must call this for
+    the same arrays in the same order. Fully replicated or fully addressable arrays are read
+    locally.
+    """
+    if x.is_fully_addressable or x.is_fully_replicated:
+        return np.asarray(jax.device_get(x))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def shard_leading(mesh: Mesh, tree, axis_name: str | None = None):
@@ -50,10 +106,10 @@ def shard_leading(mesh: Mesh, tree, axis_name: str | None = None):
     """
     axis_name = axis_name or mesh.axis_names[0]
     sharding = NamedSharding(mesh, PartitionSpec(axis_name))
-    return jax.tree.map(lambda a: jax.device_put(a, sharding), tree)
+    return jax.tree.map(lambda a: place(a, sharding), tree)
 
 
 def replicate(mesh: Mesh, tree):
     """Places every array of ``tree`` on every device of ``mesh``."""
     sharding = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(lambda a: jax.device_put(a, sharding), tree)
+    return jax.tree.map(lambda a: place(a, sharding), tree)

@@ -46,6 +46,7 @@ from jaxgraph.comm.quantized import (
     bucket_state,
     row_range_variance,
 )
+from jaxgraph.mesh import to_host
 from jaxgraph.partition.halo import HaloPlan
 
 NORMS = ("gcn", "mean")
@@ -431,12 +432,9 @@ def _replace(seq: tuple, index: int, value) -> tuple:
 
 
 def _gather_to_host(x) -> np.ndarray:
-    """A ``[P, ...]`` array sharded over the mesh -> the whole NumPy array on this host."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(jax.device_get(x))
+    """A ``[P, ...]`` array sharded over the mesh -> the whole NumPy array on this host (a
+    collective across processes in a multi-process run)."""
+    return to_host(x)
 
 
 def _saved_getter(saved: dict, prefix: str):

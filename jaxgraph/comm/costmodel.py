@@ -23,12 +23,12 @@ import time
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxgraph.comm.ring import ring_perm
+from jaxgraph.mesh import place
 
 MIB = 2**20
 
@@ -324,7 +324,7 @@ def measure_samples(
             )
         )
         for i, size in enumerate(sizes):
-            payload = jax.device_put(jnp.ones((p, size), jnp.uint8), sharding)
+            payload = place(np.ones((p, size), np.uint8), sharding)
             program(payload).block_until_ready()  # compile and warm up
             for k in range(repeats):
                 t0 = time.perf_counter()

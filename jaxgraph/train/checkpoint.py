@@ -5,6 +5,9 @@ its tree path, plus a JSON header with the format version, the epoch, the run's 
 and the control layer's own state (best-validation bookkeeping). It is written to a temporary
 file in the same directory, flushed and fsynced, then renamed over the final name, so a killed
 run leaves either the previous checkpoint or the new one, never a partial file.
+
+Multi-process runs: every process gathers the leaves, process 0 writes; on resume every process
+reads the file, so the checkpoint directory must be on a file system all processes see.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxgraph.mesh import place, to_host
+
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt_(\d{6})\.npz$")
 
@@ -34,15 +39,21 @@ def _leaf_paths(tree) -> list[tuple[str, Any]]:
 
 
 def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, Any]) -> Path:
-    """Writes ``state`` as ``directory/ckpt_<epoch>.npz`` atomically; returns the path."""
+    """Writes ``state`` as ``directory/ckpt_<epoch>.npz`` atomically; returns the path.
+
+    In a multi-process run every process must call this (leaves sharded over several
+    processes are all-gathered, a collective); only process 0 writes the file.
+    """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"ckpt_{epoch:06d}.npz"
     arrays = {}
     for i, (_, leaf) in enumerate(_leaf_paths(state)):
-        value = jax.device_get(leaf)
-        if jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key):
-            value = jax.random.key_data(value)
-        arrays[f"leaf{i:05d}"] = np.asarray(value)
+        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        arrays[f"leaf{i:05d}"] = to_host(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)
+    if jax.process_index() != 0:
+        return final
+    directory.mkdir(parents=True, exist_ok=True)
     meta = {
         "format_version": FORMAT_VERSION,
         "epoch": int(epoch),
@@ -50,7 +61,6 @@ def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, 
         **header,
     }
     arrays["__header__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    final = directory / f"ckpt_{epoch:06d}.npz"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ckpt_", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -139,9 +149,10 @@ def restore_checkpoint(path: str | Path, template) -> tuple[Any, dict[str, Any]]
                         f"checkpoint {path}: leaf {name} has shape {value.shape} "
                         f"{value.dtype}, this run expects {expect.shape} {expect.dtype}"
                     )
+                value = place(value, leaf.sharding)  # this process's shards only
                 if is_key:
                     value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf))
-                restored.append(jax.device_put(value, leaf.sharding))
+                restored.append(value)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
         raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({e})") from e
     treedef = jax.tree_util.tree_structure(template)

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import optax
 from tqdm.auto import tqdm
 
 from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
+from jaxgraph.distributed import check_same_on_all_processes, is_primary
 from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
@@ -130,6 +132,13 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     Metrics go to ``<workdir>/metrics.jsonl`` (one JSON object per epoch) and checkpoints to
     ``<workdir>/checkpoints``. If the workdir already holds a checkpoint of the same run, the
     run resumes from it and reproduces exactly the metrics an uninterrupted run would log.
+
+    Multi-process runs (:mod:`jaxgraph.distributed`): every process calls this with the same
+    config and computes the same host plan (checked); the mesh spans all processes' devices and
+    each process places only its own shards. Process 0 writes metrics, summary and
+    checkpoints (the others take part in every collective, including checkpoint gathers); the
+    workdir must be on a file system every process sees, since all of them read a checkpoint
+    to resume. Every process returns the summary.
     """
     if config.eval_every < 1:
         raise ValueError(f"eval_every must be at least 1, got {config.eval_every}")
@@ -152,6 +161,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         # Transfer costs timed on this mesh: payloads from 64 KiB to 4 MiB per device pair.
         strategy.cost = measure(mesh, (1 << 16, 1 << 20, 1 << 22), repeats=3)
     parts = partition_graph(graph, config.parts, method=config.partition, seed=config.seed)
+    check_same_on_all_processes("the graph or its partition", graph.indptr, graph.indices, parts)
     if getattr(strategy, "layout", "halo") == "block":  # CAGNET / Sancus: halo = all blocks
         from jaxgraph.partition.blockhalo import build_block_halo_plan
 
@@ -188,6 +198,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         header = read_header(path)
         _check_same_run(path, header["config"], config)
         start_epoch = header["epoch"]
+    check_same_on_all_processes("the checkpoint to resume from", np.int64(start_epoch))
     if path is None:
         comm_state = strategy.init_state(plan, layer_dims, epoch=start_epoch)
     else:
@@ -197,7 +208,8 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     if path is not None:
         state, header = restore_checkpoint(path, state)
         best = _Best(**header["best"])
-    metrics_path = workdir / "metrics.jsonl" if workdir else None
+    primary = is_primary()  # writes metrics, summary and checkpoints
+    metrics_path = workdir / "metrics.jsonl" if workdir and primary else None
     if metrics_path is not None:
         workdir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(metrics_path, start_epoch)
@@ -219,7 +231,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     overhead = {"solve": 0.0, "rejit": 0.0}
     bar = tqdm(
         range(start_epoch + 1, config.epochs + 1),
-        disable=not config.progress,
+        disable=not (config.progress and primary),
         desc=f"{graph.name} {m.name} P={config.parts} {config.method}",
         unit="epoch",
     )
@@ -307,7 +319,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "mean_bytes_per_epoch": statistics.fmean(epoch_bytes) if epoch_bytes else math.nan,
         "metric": "micro_f1" if graph.multi_label else "accuracy",
     }
-    if workdir is not None:
+    if workdir is not None and primary:
         _atomic_write(workdir / "summary.json", json.dumps(summary, indent=2))
     return summary
 

@@ -13,6 +13,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
+from jaxgraph.mesh import place
 from jaxgraph.models.propagate import Propagator
 
 
@@ -154,9 +155,13 @@ class Trainer:
     # ------------------------------------------------------------------ creation
 
     def place_shards(self, shards: GraphShard) -> GraphShard:
-        """Host ``[P, ...]`` arrays -> device arrays sharded along the mesh axis."""
+        """Host ``[P, ...]`` arrays -> device arrays sharded along the mesh axis.
+
+        In a multi-process run every process passes the same host arrays and materialises
+        only the slices of its own devices.
+        """
         sharding = NamedSharding(self.mesh, P(self.axis_name))
-        return jax.tree.map(lambda a: jax.device_put(np.asarray(a), sharding), shards)
+        return jax.tree.map(lambda a: place(a, sharding), shards)
 
     def place_comm_state(self, comm_state):
         """Host ``comm_state`` (leaves ``[P, ...]``) -> device arrays sharded on the mesh axis."""
