@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Is the halo exchange asynchronous around the local aggregation? Reads the scheduled HLO.
 
-Builds a :class:`~jaxgraph.train.Trainer` (GCN, Vanilla ring exchange) for a small synthetic
+Builds a :class:`~jaxgraph.train.Trainer` (GCN; ``--method``: the Vanilla ring exchange or a
+quantized one, one exchange per bit-width and round) for a small synthetic
 graph (degree-corrected SBM, 2,000 nodes, METIS into ``P = min(8, devices)`` parts), lowers and
 compiles its training step twice, with the aggregation split by edge source (local-source
 edges before the exchange, halo-source edges after it; ``GraphShard.from_plan(split=True)``)
@@ -137,6 +138,7 @@ class Report:
 
     variant: str
     scheduled: bool
+    compile_s: float = 0.0
     sync_permutes: int = 0
     async_pairs: int = 0
     marked_sync: int = 0
@@ -199,8 +201,11 @@ def _inside_async(comp_name: str, comps: dict[str, list[Instr]]) -> bool:
 # ====================================================================== building the step
 
 
-def _abstract_inputs(trainer, graph, plan, *, split: bool):
-    """Abstract ``(state, shards)`` with their shardings: compile without placing data."""
+def _abstract_inputs(trainer, graph, plan, comm_state, *, split: bool):
+    """Abstract ``(state, shards)`` with their shardings: compile without placing data.
+
+    ``comm_state`` is the strategy's host state (leaves ``[P, ...]``, sharded on the mesh
+    axis like the graph shards)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -220,7 +225,7 @@ def _abstract_inputs(trainer, graph, plan, *, split: bool):
             step=jnp.zeros((), jnp.int32),
             params=params,
             opt_state=trainer.tx.init(params),
-            comm_state={},
+            comm_state=None,
             rng=rng,
         )
 
@@ -228,6 +233,8 @@ def _abstract_inputs(trainer, graph, plan, *, split: bool):
         return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
 
     state = jax.tree.map(lambda a: spec(a, replicated), jax.eval_shape(init, jax.random.key(0)))
+    comm = jax.tree.map(lambda a: spec(np.asarray(a), sharded), comm_state)
+    state = state.replace(comm_state=comm)
     host = GraphShard.from_plan(graph, plan, split=split)
     shards = jax.tree.map(lambda a: spec(np.asarray(a), sharded), host)
     return state, shards
@@ -236,13 +243,13 @@ def _abstract_inputs(trainer, graph, plan, *, split: bool):
 def run(args) -> list[Report]:
     import jax
 
-    from jaxgraph.comm.strategy import Vanilla
     from jaxgraph.data import dc_sbm
     from jaxgraph.mesh import make_mesh
     from jaxgraph.models import make_model
     from jaxgraph.partition import build_halo_plan, partition_graph
     from jaxgraph.partition.halo import split_edges_by_source
     from jaxgraph.train import OptimConfig, Trainer, make_optimizer
+    from jaxgraph.train.loop import make_strategy
 
     backend = jax.default_backend()
     num_parts = min(MAX_PARTS, jax.device_count())
@@ -267,10 +274,12 @@ def run(args) -> list[Report]:
         f"edges {local_edges} / {int(plan.num_edges.sum())}"
     )
     model = make_model(args.model, hidden=args.hidden, out_dim=graph.num_classes, dropout=0.5)
+    strategy = make_strategy(args.method, model=args.model)
+    comm_state = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
     trainer = Trainer(
         model,
         make_optimizer(OptimConfig()),
-        Vanilla(),
+        strategy,
         make_mesh(num_parts),
         num_train=int(graph.train_mask.sum()),
     )
@@ -279,18 +288,23 @@ def run(args) -> list[Report]:
     reports = []
     for split in (True, False):
         variant = "split" if split else "unsplit"
-        t = time.perf_counter()
-        state, shards = _abstract_inputs(trainer, graph, plan, split=split)
-        text = trainer.train_step.lower(state, shards).compile().as_text()
-        path = out / f"train_step_{args.model}_{variant}_{backend}_p{num_parts}.hlo.txt"
+        state, shards = _abstract_inputs(trainer, graph, plan, comm_state, split=split)
+        lowered = trainer.train_step.lower(state, shards)
+        t_lower = time.perf_counter()
+        text = lowered.compile().as_text()
+        tag = f"{args.model}_{args.method}_{variant}_{backend}_p{num_parts}"
+        path = out / f"train_step_{tag}.hlo.txt"
         path.write_text(text)
-        reports.append(analyse(text, variant))
-        print(f"{variant}: compiled in {time.perf_counter() - t:.1f} s -> {path}")
-    summary = out / f"summary_{args.model}_{backend}_p{num_parts}.json"
+        report = analyse(text, variant)
+        report.compile_s = time.perf_counter() - t_lower
+        reports.append(report)
+        print(f"{variant}: compiled in {report.compile_s:.1f} s -> {path}")
+    summary = out / f"summary_{args.model}_{args.method}_{backend}_p{num_parts}.json"
     summary.write_text(
         json.dumps(
             {
                 "backend": backend,
+                "method": args.method,
                 "parts": num_parts,
                 "mocked": mocked,
                 "reports": [dataclasses.asdict(r) for r in reports],
@@ -378,6 +392,12 @@ def main(argv=None) -> int:
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--model", choices=("gcn", "sage"), default="gcn")
+    parser.add_argument(
+        "--method",
+        choices=("vanilla", "quant-8", "quant-4", "quant-2", "quant-random"),
+        default="vanilla",
+        help="halo exchange to compile (quantized: one ring exchange per width and round)",
+    )
     parser.add_argument(
         "--mock-gpus",
         type=int,
