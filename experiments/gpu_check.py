@@ -73,12 +73,49 @@ def check_quantize(report: dict, gpu: bool) -> bool:
                     "quantize_GBps": x.nbytes / t / 1e9,
                     "copy_GBps": 2 * x.nbytes / copy / 1e9,
                 }
+                if not same:
+                    report[name]["diagnosis"] = _diagnose(x, bits, key, ref, got, n)
                 ok &= same
             except Exception as e:  # report every kernel, fail at the end
                 report[name] = {"error": f"{type(e).__name__}: {e}"}
                 traceback.print_exc()
                 ok = False
     return ok
+
+
+def _diagnose(x, bits, key, ref, got, n) -> dict:
+    """Where a kernel's packets differ from the reference's: per output, against the
+    reference on this device and on the host CPU (the platform the tests pin)."""
+    from pallas_kernels.backend import Backend
+    from pallas_kernels.quantize import quantize, unpack_codes
+
+    cpu = jax.devices("cpu")[0]
+    host = jax.jit(lambda x: quantize(x, bits, key, backend=Backend.REFERENCE), device=cpu)(
+        jax.device_put(x, cpu)
+    )
+    host = [np.asarray(a) for a in host]
+
+    def compare(a, b) -> dict:
+        qa = np.asarray(unpack_codes(jnp.asarray(a[0]), bits, n)).astype(np.int32)
+        qb = np.asarray(unpack_codes(jnp.asarray(b[0]), bits, n)).astype(np.int32)
+        diff = np.abs(qa - qb)
+        sa, sb = np.asarray(a[1]), np.asarray(b[1])
+        return {
+            "codes_differ": float((diff > 0).mean()),
+            "codes_max_diff": int(diff.max()),
+            "rows_with_diff": int((diff > 0).any(axis=1).sum()),
+            "scale_differ": int((sa != sb).sum()),
+            "scale_max_rel": float(np.max(np.abs(sa - sb) / np.abs(sb))),
+            "lo_differ": int((np.asarray(a[2]) != np.asarray(b[2])).sum()),
+        }
+
+    ref = [np.asarray(a) for a in ref]
+    got = [np.asarray(a) for a in got]
+    return {
+        "kernel_vs_device_reference": compare(got, ref),
+        "kernel_vs_host_reference": compare(got, host),
+        "device_reference_vs_host_reference": compare(ref, host),
+    }
 
 
 def check_bitmap(report: dict, gpu: bool) -> bool:

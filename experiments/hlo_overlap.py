@@ -369,20 +369,38 @@ def _print_table(reports: list[Report], backend: str, num_parts: int) -> None:
 # ====================================================================== entry point
 
 
+# Ways to ask JAX for a mocked topology (the flag's spelling has varied between releases); the
+# child exits with _NOT_MOCKED when the one it was given left it with too few devices.
+_MOCK_ENVS = (
+    lambda n: {MOCK_TOPOLOGY_ENV: f"1x{n}x1"},  # 1 slice x n hosts x 1 GPU
+    lambda n: {MOCK_TOPOLOGY_ENV: f"1x1x{n}"},  # 1 slice x 1 host x n GPUs
+    lambda n: {"JAX_MOCK_NUM_GPU_PROCESSES": str(n)},
+    lambda n: {"MOCK_NUM_GPU_PROCESSES": str(n)},
+)
+_NOT_MOCKED = 3
+_EXPECT_ENV = "JAXGRAPH_MOCK_DEVICES"
+
+
 def _rerun_mocked(args, argv: list[str]) -> bool:
     """Re-runs this script with a mocked multi-GPU topology; True if it succeeded."""
-    env = dict(os.environ, JAX_CUDA_VISIBLE_DEVICES="0")
-    env[MOCK_TOPOLOGY_ENV] = f"1x{args.mock_gpus}x1"  # 1 slice x N hosts x 1 GPU
     cmd = [sys.executable, __file__, *argv, "--no-mock"]
-    print(f"one GPU: re-running with {MOCK_TOPOLOGY_ENV}={env[MOCK_TOPOLOGY_ENV]}", flush=True)
-    try:
-        proc = subprocess.run(cmd, env=env, timeout=args.mock_timeout, check=False)
-    except subprocess.TimeoutExpired:
-        print(f"mocked run timed out after {args.mock_timeout} s")
-        return False
-    if proc.returncode:
-        print(f"mocked run failed (exit {proc.returncode}); falling back to the real devices")
-    return proc.returncode == 0
+    for make_env in _MOCK_ENVS:
+        extra = make_env(args.mock_gpus)
+        env = dict(os.environ, JAX_CUDA_VISIBLE_DEVICES="0", **extra)
+        env[_EXPECT_ENV] = str(args.mock_gpus)
+        print(f"one GPU: re-running with {extra}", flush=True)
+        try:
+            proc = subprocess.run(cmd, env=env, timeout=args.mock_timeout, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"mocked run timed out after {args.mock_timeout} s")
+            return False
+        if proc.returncode == 0:
+            return True
+        if proc.returncode != _NOT_MOCKED:
+            print(f"mocked run failed (exit {proc.returncode})")
+            return False
+    print("no mocked topology took effect; falling back to the real devices")
+    return False
 
 
 def main(argv=None) -> int:
@@ -419,6 +437,10 @@ def main(argv=None) -> int:
         and _rerun_mocked(args, argv)
     ):
         return 0
+    expect = int(os.environ.get(_EXPECT_ENV, "0"))
+    if expect and jax.device_count() < expect:
+        print(f"mocked topology not in effect: {jax.device_count()} device(s), wanted {expect}")
+        return _NOT_MOCKED
     run(args)
     return 0
 

@@ -208,6 +208,13 @@ def _exchange_rounds(rows_of_round, buckets, round_rows, key, axis_name, num_par
     return out
 
 
+def _like_varying(x: jax.Array, like: jax.Array) -> jax.Array:
+    """``x`` cast to vary over the mesh axes ``like`` varies over (a no-op outside shard_map)."""
+    from jaxgraph.models.propagate import _to_varying, _varying_axes
+
+    return _to_varying(x, _varying_axes(like))
+
+
 def row_range_variance(rows: jax.Array) -> jax.Array:
     """``(D / 6) * (max_d x - min_d x)^2`` per row: the expected squared error of stochastic
     rounding at ``b`` bits times ``(2^b - 1)^2`` (a fractional part uniform on [0, 1) has
@@ -267,7 +274,8 @@ def quantized_ring_exchange(
         back = _exchange_rounds(
             g_rows, bwd_buckets, round_rows, bkey, axis_name, num_parts, reverse=True
         )
-        g = jnp.zeros(shape, dtype)
+        # Typed like the primal input: varying over the mesh axis even with no rounds (P = 1).
+        g = _like_varying(jnp.zeros(shape, dtype), g_halo)
         for idx, rows in zip(send_idx, back, strict=True):
             g = g.at[idx].add(rows)  # pad slots carry zero rows
         probe_ct = None if probe is None else tuple(row_range_variance(r) for r in g_rows)
