@@ -240,7 +240,7 @@ def _abstract_inputs(trainer, graph, plan, comm_state, *, split: bool):
     return state, shards
 
 
-def run(args) -> list[Report]:
+def run(args, devices=None) -> list[Report]:
     import jax
 
     from jaxgraph.data import dc_sbm
@@ -252,11 +252,12 @@ def run(args) -> list[Report]:
     from jaxgraph.train.loop import make_strategy
 
     backend = jax.default_backend()
-    num_parts = min(MAX_PARTS, jax.device_count())
-    mocked = os.environ.get(MOCK_TOPOLOGY_ENV, "")
+    mocked = os.environ.get(MOCK_TOPOLOGY_ENV, "") or ("compile-only" if devices else "")
+    devices = jax.devices() if devices is None else devices
+    num_parts = min(MAX_PARTS, len(devices))
     print(
-        f"backend {backend} ({jax.devices()[0].device_kind}), {jax.device_count()} devices"
-        + (f" (mocked topology {mocked})" if mocked else "")
+        f"backend {backend} ({devices[0].device_kind}), {len(devices)} devices"
+        + (f" ({mocked})" if mocked else "")
         + f", jax {jax.__version__}; P = {num_parts}"
     )
     graph = dc_sbm(args.nodes, num_features=args.features, seed=0)
@@ -280,7 +281,7 @@ def run(args) -> list[Report]:
         model,
         make_optimizer(OptimConfig()),
         strategy,
-        make_mesh(num_parts),
+        make_mesh(num_parts, devices=devices),
         num_train=int(graph.train_mask.sum()),
     )
     out = Path(args.out)
@@ -381,6 +382,27 @@ _NOT_MOCKED = 3
 _EXPECT_ENV = "JAXGRAPH_MOCK_DEVICES"
 
 
+def compile_only_devices(count: int):
+    """``count`` compile-only GPU devices of this machine's kind (JAX's topology API), or
+    None with the reason printed: the step is compiled for an ``count``-GPU host without
+    those GPUs being there."""
+    from jax.experimental import topologies
+
+    errors = []
+    for kwargs in ({"topology": f"1x1x{count}"}, {"topology": f"1x{count}x1"}):
+        try:
+            devices = topologies.get_topology_desc(platform="cuda", **kwargs).devices
+        except Exception as e:  # noqa: BLE001 - the option spelling differs between releases
+            errors.append(f"{kwargs}: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        if len(devices) >= count:
+            print(f"compile-only topology {kwargs}: {len(devices)} devices")
+            return devices
+        errors.append(f"{kwargs}: {len(devices)} device(s)")
+    print("no compile-only topology: " + "; ".join(errors))
+    return None
+
+
 def _rerun_mocked(args, argv: list[str]) -> bool:
     """Re-runs this script with a mocked multi-GPU topology; True if it succeeded."""
     cmd = [sys.executable, __file__, *argv, "--no-mock"]
@@ -429,14 +451,22 @@ def main(argv=None) -> int:
 
     import jax
 
-    if (
+    few_gpus = (
         not args.no_mock
         and not os.environ.get(MOCK_TOPOLOGY_ENV)
         and jax.default_backend() == "gpu"
         and jax.device_count() < min(MAX_PARTS, args.mock_gpus)
-        and _rerun_mocked(args, argv)
-    ):
-        return 0
+    )
+    if few_gpus:
+        devices = compile_only_devices(args.mock_gpus)
+        if devices is not None:
+            try:
+                run(args, devices)
+                return 0
+            except Exception as e:  # noqa: BLE001 - fall back to a mocked topology
+                print(f"compiling for the compile-only topology failed: {type(e).__name__}: {e}")
+        if _rerun_mocked(args, argv):
+            return 0
     expect = int(os.environ.get(_EXPECT_ENV, "0"))
     if expect and jax.device_count() < expect:
         print(f"mocked topology not in effect: {jax.device_count()} device(s), wanted {expect}")
