@@ -11,9 +11,11 @@ forward sender ``d`` and the slot: ``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]
 
 **Buckets.** Per layer, direction, round and bit-width the slots of that width form one bucket,
 in ascending slot order (the wire order of the reference implementation: buckets by ascending
-width, rows in send-list order). A bucket travels as one ``ppermute`` of its packed codes and its
-fp32 ``(scale, lo)`` parameters. ``ppermute`` needs the same shape on every device, so each
-bucket is padded to its largest size over the senders of that round. The bucket indices live in
+width, rows in send-list order). A bucket travels as its packed codes and its fp32
+``(scale, lo)`` parameters; one ``ppermute`` per round carries all the round's buckets, and each
+width is quantized once for all rounds (see :func:`_exchange_rounds`). ``ppermute`` needs the
+same shape on every device, so each bucket is padded to its largest size over the senders of that
+round. The bucket indices live in
 ``comm_state`` (leading axis ``P``), so their shapes are part of the step's signature: a new
 assignment with new bucket sizes re-jits the step, and compiled steps are cached by shape.
 
@@ -184,26 +186,87 @@ def byte_report(plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[
 # ---------------------------------------------------------------------- device: exchange
 
 
-def _send_bucket(x, w, key, axis_name, perm):
-    """Quantize (unless 32-bit), ppermute, dequantize: ``[C, D] -> [C, D]`` at the receiver."""
-    if w == 32:
-        return jax.lax.ppermute(x, axis_name, perm)
-    packed, scale, lo = quantize(x, w, key)
-    packed, scale, lo = jax.lax.ppermute((packed, scale, lo), axis_name, perm)
-    return dequantize(packed, scale, lo, w, x.shape[0])
+def _pad_rows(x: jax.Array, rows: int) -> jax.Array:
+    return jnp.pad(x, ((0, rows - x.shape[0]), (0, 0))) if rows > x.shape[0] else x
 
 
 def _exchange_rounds(rows_of_round, buckets, round_rows, key, axis_name, num_parts, reverse):
-    """Per round: the dequantized rows delivered into that round's slots, ``[S_r, D]`` each."""
-    out = []
-    for r, (rows, rb, s_r) in enumerate(zip(rows_of_round, buckets, round_rows, strict=True), 1):
-        perm = ring_perm(num_parts, -r if reverse else r)
-        block = jnp.zeros((s_r + 1, rows.shape[-1]), rows.dtype)  # slot S_r: dump for padding
-        for name in sorted(rb, key=lambda k: int(k[1:])):  # ascending width: 2, 4, 8, 32
-            w = int(name[1:])
-            bkey = jax.random.fold_in(jax.random.fold_in(key, r), w)
+    """Per round: the dequantized rows delivered into that round's slots, ``[S_r, D]`` each.
+
+    Each width is quantized once for all rounds: the buckets of that width, each padded with
+    zero rows to a multiple of ``k = 8 / b`` rows so that no byte mixes two rounds, are
+    concatenated and quantized with one key; round ``r``'s slice of the packed codes and its
+    ``(scale, lo)`` go to ``d ± r`` (one ``ppermute`` per round carries all its widths); the
+    receiver concatenates what it got in round order and dequantizes once per width. Pad rows
+    are constant rows (code 0, no parameters on the wire), dropped on arrival. One quantize and
+    one dequantize per width, instead of one per round and width, keeps the compiled step small.
+    """
+    widths = sorted({int(n[1:]) for rb in buckets for n in rb})
+    sends = [dict() for _ in buckets]  # per round: width -> payload sent in that round
+    layout = {}  # width -> per round: (rows C, packed rows) of that round's slice, or None
+    for w in widths:
+        k = 8 // w if w < 32 else 1
+        pieces, spans = [], []
+        for rows, rb in zip(rows_of_round, buckets, strict=True):
+            name = f"b{w}"
+            if name not in rb:
+                spans.append(None)
+                continue
             x = jnp.take(rows, rb[name]["send"], axis=0)  # [C, D]
-            block = block.at[rb[name]["recv"]].set(_send_bucket(x, w, bkey, axis_name, perm))
+            c = x.shape[0]
+            pieces.append(_pad_rows(x, -(-c // k) * k))
+            spans.append((c, -(-c // k)))
+        layout[w] = spans
+        x = jnp.concatenate(pieces, axis=0)
+        if w == 32:
+            packed = x
+        else:
+            packed, scale, lo = quantize(x, w, jax.random.fold_in(key, w))
+        prow = row = 0
+        for i, span in enumerate(spans):
+            if span is None:
+                continue
+            c, pr = span
+            if w == 32:
+                sends[i][w] = (packed[row : row + c],)
+            else:
+                sends[i][w] = (packed[prow : prow + pr], scale[row : row + c], lo[row : row + c])
+            prow += pr
+            row += pr * k
+    received = [
+        jax.lax.ppermute(payload, axis_name, ring_perm(num_parts, -r if reverse else r))
+        if payload
+        else {}
+        for r, payload in enumerate(sends, 1)
+    ]
+    arrived = {}  # width -> per round: [C, D] dequantized rows
+    for w in widths:
+        got = [received[i][w] for i, span in enumerate(layout[w]) if span is not None]
+        if w == 32:
+            rows = [g[0] for g in got]
+        else:
+            k = 8 // w
+            counts = [span[0] for span in layout[w] if span is not None]
+            padded = [-(-c // k) * k for c in counts]
+            packed = jnp.concatenate([g[0] for g in got], axis=0)
+            scale = jnp.concatenate(
+                [_pad_rows(g[1][:, None], p)[:, 0] for g, p in zip(got, padded, strict=True)]
+            )
+            lo = jnp.concatenate(
+                [_pad_rows(g[2][:, None], p)[:, 0] for g, p in zip(got, padded, strict=True)]
+            )
+            x = dequantize(packed, scale, lo, w, sum(padded))
+            offsets = np.cumsum([0, *padded])
+            rows = [x[o : o + c] for o, c in zip(offsets, counts, strict=False)]
+        it = iter(rows)
+        arrived[w] = [next(it) if span is not None else None for span in layout[w]]
+    out = []
+    for i, (rb, s_r) in enumerate(zip(buckets, round_rows, strict=True)):
+        dim = rows_of_round[i].shape[-1]
+        block = jnp.zeros((s_r + 1, dim), rows_of_round[i].dtype)  # slot S_r: dump for padding
+        for w in widths:
+            if arrived[w][i] is not None:
+                block = block.at[rb[f"b{w}"]["recv"]].set(arrived[w][i])
         out.append(block[:s_r])
     return out
 

@@ -95,23 +95,32 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts):
     f = _exchange_program(plan, state)
     halo = np.asarray(f(x, tuple(plan.send_idx), state["fwd"][0], state["bwd"][0], key))
 
-    # Simulate each bucket on the host with the same key derivation as the sender.
+    # Simulate the sender on the host: per width, the round buckets (each padded with zero rows
+    # to a multiple of k = 8 / b) concatenated in round order and quantized with one key.
     offsets = np.cumsum([0, *plan.round_rows])
     quant = jax.jit(lambda x, w, k: dequantize(*quantize(x, w, k), w, x.shape[0]), static_argnums=1)
-    for d in range(num_parts):
-        for r in range(1, num_parts):
-            s = (d - r) % num_parts
-            rows = x[s][plan.send_idx[r - 1][s]]
-            sender_key = jax.random.fold_in(jax.random.fold_in(key, s), 0)
-            for name, idx in state["fwd"][0][r - 1].items():
-                w = int(name[1:])
-                slots = idx["recv"][d]
+    buckets = state["fwd"][0]
+    for s in range(num_parts):
+        sender_key = jax.random.fold_in(jax.random.fold_in(key, s), 0)
+        for w in sorted({int(n[1:]) for rb in buckets for n in rb}):
+            k = 8 // w
+            pieces, where = [], []
+            for r, rb in enumerate(buckets, 1):
+                if f"b{w}" not in rb:
+                    continue
+                sent = x[s][plan.send_idx[r - 1][s]][rb[f"b{w}"]["send"][s]]
+                where.append((r, sum(p.shape[0] for p in pieces), sent.shape[0]))
+                pad = -(-sent.shape[0] // k) * k - sent.shape[0]
+                pieces.append(np.pad(sent, ((0, pad), (0, 0))))
+            expect = np.asarray(
+                quant(jnp.asarray(np.concatenate(pieces)), w, jax.random.fold_in(sender_key, w))
+            )
+            for r, start, count in where:
+                d = (s + r) % num_parts
+                slots = buckets[r - 1][f"b{w}"]["recv"][d]
                 real = slots < plan.round_rows[r - 1]
-                bkey = jax.random.fold_in(jax.random.fold_in(sender_key, r), w)
-                sent = rows[idx["send"][s]]
-                expect = np.asarray(quant(jnp.asarray(sent), w, bkey))
                 got = halo[d, offsets[r - 1] + slots[real]]
-                np.testing.assert_array_equal(got, expect[real])
+                np.testing.assert_array_equal(got, expect[start : start + count][real])
     # Routing: every real halo slot is within one quantization step of its node's row; rows
     # of different nodes differ by at least 10, so a misrouted row cannot pass.
     expect = plan.halo_nodes[..., None] * 10.0 + np.arange(3)
