@@ -45,7 +45,10 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--out", type=Path)
+    p.add_argument("--quick", action="store_true", help="Cora, P 1 and 8, one seed, 30 epochs")
     args = p.parse_args(argv)
+    if args.quick:
+        args.datasets, args.seeds, args.epochs = ["cora"], [0], 30
 
     rows = [
         "| dataset | P | test accuracy (mean ± std) | per seed | median epoch time (s) |",

@@ -246,7 +246,15 @@ def main(argv=None) -> None:
         help="also vary λ, group size and period on the first configuration",
     )
     p.add_argument("--out", type=Path, help="output prefix: <out>.csv, <out>.md, <out>.png")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="Cora, GCN, P=4, Vanilla / 4-bit / adaqp, one seed, 20 epochs (a smoke run)",
+    )
     args = p.parse_args(argv)
+    if args.quick:
+        args.datasets, args.models, args.parts, args.seeds = ["cora"], ["gcn"], [4], [0]
+        args.methods, args.epochs = ["vanilla", "quant-4", "adaqp"], 20
 
     base_assign = AssignConfig(lam=args.lam, group_size=args.group_size)
     jobs = []

@@ -90,7 +90,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", type=int, default=8, help="number of parts to partition into")
     p.add_argument("--skip-partition", action="store_true", help="only time the generators")
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
-    return p.parse_args(argv)
+    p.add_argument("--quick", action="store_true", help="50k nodes, 1M edges")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.nodes, args.edges = 50_000, 1_000_000
+    return args
 
 
 def bench_partition(graph: Graph, parts: int, *, seed: int) -> list[dict]:
@@ -101,10 +105,13 @@ def bench_partition(graph: Graph, parts: int, *, seed: int) -> list[dict]:
             lambda method=method: partition_graph(graph, parts, method=method, seed=seed)
         )
         rep = partition_report(graph, assignment, num_parts=parts)
-        results.append({
-            "partition": f"{graph.name} {method} P={parts}", **result,
-            **_quality(rep),
-        })
+        results.append(
+            {
+                "partition": f"{graph.name} {method} P={parts}",
+                **result,
+                **_quality(rep),
+            }
+        )
         if method == "metis":
             _, plan_result = measure(
                 lambda a=assignment: build_halo_plan(graph, a, num_parts=parts)
@@ -159,8 +166,12 @@ def main(argv=None) -> list[dict]:
     which = args.only or ["dc_sbm", "rmat"]
     if "dc_sbm" in which:
         graph, gen = measure(
-            lambda: dc_sbm(args.nodes, avg_degree=args.edges / args.nodes,
-                           num_features=args.features, seed=args.seed)
+            lambda: dc_sbm(
+                args.nodes,
+                avg_degree=args.edges / args.nodes,
+                num_features=args.features,
+                seed=args.seed,
+            )
         )
         results.append({"generator": "dc_sbm", **gen, **graph_stats(graph)})
         report(results[-1:], args.json)

@@ -16,7 +16,7 @@ from jaxgraph.data import load_dataset
 from jaxgraph.embed.walks import WalkConfig, walk_throughput
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="blogcatalog")
     ap.add_argument("--walks-per-node", type=int, default=10)
@@ -24,7 +24,10 @@ def main() -> None:
     ap.add_argument("--p", type=float, default=0.25)
     ap.add_argument("--q", type=float, default=4.0)
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="Cora, 2 walks per node, 1 repeat")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.dataset, args.walks_per_node, args.repeats = "cora", 2, 1
     g = load_dataset(args.dataset)
     print(f"{g!r}; numba threads: {numba.get_num_threads()}")
     cols = ("walks", "tokens", "seconds", "walks/s", "tokens/s")

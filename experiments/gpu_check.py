@@ -228,7 +228,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--skip-overlap", action="store_true", help="skip the HLO schedule check")
     p.add_argument("--overlap-timeout", type=float, default=240.0)
+    p.add_argument("--quick", action="store_true", help="same as --skip-overlap (a smoke run)")
     args = p.parse_args(argv)
+    args.skip_overlap |= args.quick
     platform = jax.devices()[0].platform
     report = {"platform": platform, "devices": jax.device_count(), "jax": jax.__version__}
     print(f"platform {platform}, {jax.device_count()} device(s)", flush=True)
