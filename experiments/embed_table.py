@@ -48,14 +48,10 @@ VARIANTS = {
 
 
 def _configs(args) -> dict[str, EmbedConfig]:
-    base = cpu_config(
-        "deepwalk",
-        walk=WalkConfig(walk_length=args.walk_length, walks_per_node=args.walks_per_node),
-        rounds=args.rounds,
-        seed=args.seed,
-    )
+    walk = WalkConfig(args.walker, args.walk_length, args.walks_per_node, p=args.p, q=args.q)
+    base = cpu_config(args.walker, walk=walk, rounds=args.rounds, seed=args.seed)
     base = base.replace(sgns=dataclasses.replace(base.sgns, window=args.window, dim=args.dim))
-    out = {"deepwalk": base}
+    out = {args.walker: base}
     for name in args.variants:
         out[name] = base.replace(method="felog", feedback=VARIANTS[name])
     return out
@@ -69,9 +65,9 @@ def _time_matched(base_logs, snapshots, seconds):
     return r, snapshots[r]
 
 
-def _print_rounds(runs):
+def _print_rounds(runs, baseline):
     for name, res in runs.items():
-        if name != "deepwalk":
+        if name != baseline:
             print(
                 f"  {name}: active per round {[x.active for x in res.rounds]}, "
                 f"stop: {res.stop_reason}"
@@ -89,11 +85,11 @@ def blogcatalog(args, mesh, results):
     print(f"\n== BlogCatalog node classification ({g.num_nodes} nodes, {g.num_edges // 2} edges)")
     runs = {}
     for name, cfg in _configs(args).items():
-        snap = tuple(range(cfg.rounds)) if name == "deepwalk" else ()
+        snap = tuple(range(cfg.rounds)) if name == args.walker else ()
         res = embed(g, cfg, mesh, snapshot_rounds=snap)
         nc = ev.node_classification(res.syn0, g.labels, train_ratios=ratios, shuffles=args.shuffles)
         runs[name] = (res, nc)
-    base, base_nc = runs["deepwalk"]
+    base, base_nc = runs[args.walker]
     header = (
         f"{'method':<18} {'rounds':>6} {'time s':>7} {'speedup':>7} {'tokens':>10} {'pairs':>11} "
         + " ".join(f"{'Mi/Ma@' + str(int(r * 100)):>13}" for r in ratios)
@@ -113,7 +109,7 @@ def blogcatalog(args, mesh, results):
             "speedup": base.seconds / res.seconds,
             "active_per_round": [x.active for x in res.rounds],
         }
-        if name != "deepwalk":
+        if name != args.walker:
             r, emb = _time_matched(base.rounds, base.snapshots, res.seconds)
             m = ev.node_classification(emb, g.labels, train_ratios=(0.5,), shuffles=args.shuffles)
             matched = f"{m[0.5]['micro']['mean']:.3f} (r{r})"
@@ -124,16 +120,40 @@ def blogcatalog(args, mesh, results):
             f"{matched:>21}"
         )
         rows.append(row)
-    _print_rounds({k: v[0] for k, v in runs.items()})
+    _print_rounds({k: v[0] for k, v in runs.items()}, args.walker)
     results["blogcatalog"] = rows
 
 
 def astroph(args, mesh, results):
+    """Link prediction, one edge split and training seed per ``--lp-seeds`` entry; with several
+    seeds a summary of means and standard deviations follows the per-seed tables."""
     g = load_dataset("ca-astroph")
+    rows = []
+    for seed in args.lp_seeds:
+        rows += _astroph_one(argparse.Namespace(**{**vars(args), "seed": seed}), g, mesh)
+    results["ca-astroph"] = rows
+    if len(args.lp_seeds) > 1:
+        print(f"\n== ca-AstroPh over seeds {args.lp_seeds}: mean ± std")
+        print(f"{'method':<18} {'time s':>13} {'speedup':>13} {'AUC dot':>15} {'Hit@10':>15}")
+        for name in dict.fromkeys(r["method"] for r in rows):
+            mine = [r for r in rows if r["method"] == name]
+
+            def stat(values):
+                return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
+
+            print(
+                f"{name:<18} {stat([r['seconds'] for r in mine]):>13} "
+                f"{stat([r['speedup'] for r in mine]):>13} "
+                f"{stat([r['auc']['dot'] for r in mine]):>15} "
+                f"{stat([r['retrieval']['hit@10'] for r in mine]):>15}"
+            )
+
+
+def _astroph_one(args, g, mesh) -> list[dict]:
     split = ev.link_prediction_split(g, 0.5, seed=args.seed)
     print(
         f"\n== ca-AstroPh link prediction ({g.num_nodes} nodes, {g.num_edges // 2} edges; "
-        f"{split.test_pos.shape[0]:,} held-out edges, as many non-edges; one split)"
+        f"{split.test_pos.shape[0]:,} held-out edges, as many non-edges; split seed {args.seed})"
     )
     print(
         f"{'method':<18} {'rounds':>6} {'time s':>7} {'speedup':>7} {'tokens':>10} {'pairs':>11} "
@@ -145,17 +165,17 @@ def astroph(args, mesh, results):
     base = None
     for name, cfg in _configs(args).items():
         cfg = cfg.replace(rounds=args.lp_rounds)
-        snap = tuple(range(cfg.rounds)) if name == "deepwalk" else ()
+        snap = tuple(range(cfg.rounds)) if name == args.walker else ()
         res = embed(split.train_graph, cfg, mesh, snapshot_rounds=snap)
         base = base or res
         aucs = {s: ev.link_prediction_auc(split, res.syn0, s, res.syn1) for s in ev.SCORES}
         ret = ev.edge_retrieval(res.syn0, split, ks=(10,))
         matched = ""
-        row = {"method": name, **res.summary(), "auc": aucs, "retrieval": ret}
+        row = {"method": name, "seed": args.seed, **res.summary(), "auc": aucs, "retrieval": ret}
         row["active_per_round"] = [x.active for x in res.rounds]
         runs[name] = res
         row["speedup"] = base.seconds / res.seconds
-        if name != "deepwalk":
+        if name != args.walker:
             r, emb = _time_matched(base.rounds, base.snapshots, res.seconds)
             auc = ev.link_prediction_auc(split, emb, "dot")
             matched = f"{auc:.3f} (r{r})"
@@ -167,8 +187,8 @@ def astroph(args, mesh, results):
             f"{ret['hit@10']:>7.3f} {ret['mrr@10']:>7.3f} {matched:>19}"
         )
         rows.append(row)
-    _print_rounds(runs)
-    results["ca-astroph"] = rows
+    _print_rounds(runs, args.walker)
+    return rows
 
 
 def trainer_vs_gensim(args, mesh, results):
@@ -257,7 +277,7 @@ def walk_speed(args, results):
     results["walks"] = rows
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--lp-rounds", type=int, default=6, help="rounds on ca-AstroPh")
@@ -275,10 +295,17 @@ def main():
     ap.add_argument("--gensim-workers", type=int, default=2)
     ap.add_argument("--parts", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--lp-seeds", type=int, nargs="+", default=None, help="link-prediction seeds (--seed)"
+    )
+    ap.add_argument("--walker", choices=("deepwalk", "node2vec"), default="deepwalk")
+    ap.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
+    ap.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")
     ap.add_argument("--skip", nargs="*", default=[], help="blogcatalog, astroph, gensim, walks")
     ap.add_argument("--out", default="runs/embed_table.json")
     ap.add_argument("--quick", action="store_true", help="3 rounds, short walks")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    args.lp_seeds = args.lp_seeds or [args.seed]
     if args.quick:
         args.rounds, args.lp_rounds, args.walk_length, args.dim = 3, 2, 10, 32
         args.shuffles = 1
