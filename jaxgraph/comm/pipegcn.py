@@ -30,7 +30,7 @@ but a layer never waits for this step's messages:
 
 - ``halo: f32[H, F]`` the halo rows (or their average) to use at the next step;
 - ``grad: f32[Nl, F]`` the received halo gradients (or their average), scatter-added onto
-  this device's local rows, to inject at the next step (zeros at layer 0, whose input is data
+  this device's local rows, to inject at the next step (not at layer 0, whose input is data
   and is never differentiated).
 
 Averaging per peer and averaging after the scatter-add are the same linear map, so one
@@ -154,9 +154,11 @@ class PipeGCN(CommStrategy):
         if not self.stale:
             return ()
         p, nl, h = plan.num_parts, plan.num_local_rows, plan.num_halo_rows
+        # Layer 0 (data input) sends no gradient back: no gradient buffer.
         return tuple(
-            {"halo": np.zeros((p, h, f), np.float32), "grad": np.zeros((p, nl, f), np.float32)}
-            for f in layer_dims
+            {"halo": np.zeros((p, h, f), np.float32)}
+            | ({"grad": np.zeros((p, nl, f), np.float32)} if layer else {})
+            for layer, f in enumerate(layer_dims)
         )
 
     def exchange(

@@ -415,9 +415,10 @@ class SkipG(CommStrategy):
 
     ``comm_state`` per layer and device: ``grad: f32[B, F]`` the last reduced sum of this
     device's block, ``sent_version: int32[]`` its epoch (``-1`` = never), ``count: int32[]``
-    completed epochs. Every device adds ``(count, sent_version)`` to one ``psum``'d table, so
-    the predicate of every ``lax.cond`` is device-invariant; it costs :func:`table_bytes`
-    per layer after the first. Layer 0 (data input) has no backward pass and no state use.
+    completed epochs. Every device adds ``(count, sent_version)`` to one ``psum``'d table,
+    so the predicate of every ``lax.cond`` is device-invariant; it costs :func:`table_bytes`
+    per layer after the first. Layer 0 (data input) has no backward pass; its state is the
+    counter only.
 
     Args:
       bound: Δ, whole epochs (``math.inf``: never reduce again after the warm-up).
@@ -442,13 +443,15 @@ class SkipG(CommStrategy):
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "SkipG")
         p, b = plan.num_parts, plan.num_local_rows
-        return tuple(
+        count = {"count": np.full(p, epoch, np.int32)}
+        # Layer 0 (data input) has no backward pass: only its counter.
+        return (count,) + tuple(
             {
                 "grad": np.zeros((p, b, f), np.float32),
                 "sent_version": np.full(p, -1, np.int32),
-                "count": np.full(p, epoch, np.int32),
+                **count,
             }
-            for f in layer_dims
+            for f in layer_dims[1:]
         )
 
     def exchange(

@@ -76,7 +76,7 @@ def test_stale_halo_and_gradient_match_dense_reference(num_parts):
         comm = jax.device_get(state.comm_state)
         stored = halo_gradient(GRAPH, parts, dz1)
         _close(plan.unshard_nodes(comm[1]["grad"]), stored)
-        assert not np.any(comm[0]["grad"])  # layer 0 sends nothing back
+        assert "grad" not in comm[0]  # layer 0 sends nothing back
         for layer, rows in enumerate(inputs):  # halo slots hold this step's owner rows
             expect = np.where(plan.halo_mask[..., None], np.asarray(rows)[plan.halo_nodes], 0)
             _close(np.where(plan.halo_mask[..., None], comm[layer]["halo"], 0), expect)
