@@ -356,5 +356,11 @@ def test_checkpoint_resume_restores_caches_exactly(tmp_path, method, leaf):
     a = read_leaves(full / "checkpoints" / "ckpt_000006.npz", ".comm_state")
     b = read_leaves(cut / "checkpoints" / "ckpt_000006.npz", ".comm_state")
     assert sorted(a) == sorted(b) and any(leaf in k for k in a)
+    if method == "pipegcn":  # exchanged before dropout: layer 0's halo holds raw features
+        parts = partition_graph(graph, 4, method="metis", seed=config.seed)
+        plan = build_halo_plan(graph, parts, num_parts=4)
+        real = plan.halo_mask[..., None]
+        expect = np.where(real, graph.features[plan.halo_nodes], 0).astype(np.float32)
+        np.testing.assert_array_equal(np.where(real, a[".comm_state[0]['halo']"], 0), expect)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
