@@ -60,7 +60,8 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument(
         "--method",
         help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
-        "quant-random, adaqp (adaptive bit-widths)",
+        "quant-random, adaqp (adaptive bit-widths), pipegcn[-f|-g|-fg|-sync], cagnet, "
+        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>], skipg[-<bound>][-w<warmup>]",
     )
     tp.add_argument(
         "--assign-period", type=int, help="epochs per bit assignment (default epochs/5)"

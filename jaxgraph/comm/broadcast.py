@@ -297,17 +297,39 @@ def _skip_fwd(h_local, cache, active, axis_name, num_parts, send):
     return _skip_forward(h_local, cache, active, axis_name, num_parts, send), None
 
 
-def _skip_bwd(axis_name, num_parts, send, _, g_halo):
-    del send
+def reduce_halo_to_owners(
+    g_halo: jax.Array, *, axis_name: str, num_parts: int, active: jax.Array | None = None
+) -> jax.Array:
+    """Each halo slot's gradient summed over devices and delivered to the block's owner, one
+    reversed tree per source (:func:`reduce_to_source`).
+
+    ``active`` (``bool[P]``, identical on every device) gates the trees: a ``lax.cond`` runs
+    the reduction of block ``j`` only where ``active[j]``, and skips its collectives
+    otherwise; ``None`` runs all of them.
+
+    Shapes:
+      ``g_halo: [P-1, B, F]`` (halo order) -> ``[B, F]``: on device ``i``, the sum over the
+      other devices of their slot for block ``i`` (zeros if its tree was skipped).
+    """
     i = jax.lax.axis_index(axis_name)
     b, f = g_halo.shape[1:]
+    kw = dict(axis_name=axis_name, num_parts=num_parts)
     # Source order: slot of block j is (i - j) mod P - 1; the owner contributes zeros.
     padded = jnp.concatenate([jnp.zeros((1, b, f), g_halo.dtype), g_halo])  # [P, B, F]
     dh = jnp.zeros((b, f), g_halo.dtype)
     for j in range(num_parts):
         g_j = jax.lax.dynamic_index_in_dim(padded, (i - j) % num_parts, keepdims=False)
-        dh = dh + reduce_to_source(g_j, j, axis_name=axis_name, num_parts=num_parts)
-    return dh, None, None
+        if active is None:
+            dh = dh + reduce_to_source(g_j, j, **kw)
+        else:
+            reduce = lambda g, j=j: reduce_to_source(g, j, **kw)  # noqa: E731
+            dh = dh + jax.lax.cond(active[j], reduce, jnp.zeros_like, g_j)
+    return dh
+
+
+def _skip_bwd(axis_name, num_parts, send, _, g_halo):
+    del send
+    return reduce_halo_to_owners(g_halo, axis_name=axis_name, num_parts=num_parts), None, None
 
 
 _skip_broadcast.defvjp(_skip_fwd, _skip_bwd)
@@ -319,6 +341,7 @@ __all__ = [
     "broadcast_bytes",
     "broadcast_forward",
     "halo_sources",
+    "reduce_halo_to_owners",
     "reduce_to_source",
     "skip_broadcast_blocks",
     "tree_broadcast",

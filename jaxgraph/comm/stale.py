@@ -1,7 +1,7 @@
-"""1D block-row strategies: CAGNET (broadcast every block) and Sancus (skip-broadcast with
-bounded embedding staleness).
+"""1D block-row strategies: CAGNET (broadcast every block), Sancus (skip-broadcast with
+bounded embedding staleness) and SkipG (bounded gradient staleness).
 
-Both run on the block-row layout of :func:`jaxgraph.partition.build_block_halo_plan`: device
+All three run on the block-row layout of :func:`jaxgraph.partition.build_block_halo_plan`: device
 ``i`` owns block ``i`` (``B`` padded rows) and its halo is every other block, slot ``r - 1``
 holding block ``(i - r) mod P``. The models are unchanged: the exchange delivers those blocks,
 the :class:`~jaxgraph.models.Propagator` multiplies them by the device's block row of ``Â``.
@@ -64,6 +64,16 @@ Conventions (documented choices where the chapter is ambiguous):
 - **Bytes**: a skipped broadcast moves 0 bytes; the decision table costs a ``psum`` of
   ``P * (P + 3)`` int32 per layer (:func:`decision_bytes`), included in ``bytes_moved``.
 
+**SkipG** (the chapter's bounded-gradient-staleness baseline, after Miao et al., SIGMOD'21):
+"skip gradient broadcasts while within the bound". Conventions of :class:`SkipG`: the forward
+broadcasts every block (embeddings are never stale); the backward reduction of block ``j``'s
+gradient partials to its owner is skipped while the owner's last reduced sum is at most Δ
+epochs old (the Δ_E rule of :func:`decide`, with the same 50-epoch warm-up as Sancus by
+default), and the owner then adds that cached sum; the unit of skipping is a block's whole
+reduction tree (all devices' partials of one block, as one broadcast is the unit in Sancus).
+In this synchronous program every block shares one schedule. A skipped reduction moves 0
+bytes; the schedule table is a ``psum`` of ``int32[P, 2]`` per layer (:func:`table_bytes`).
+
 Local gradient clipping (Sancus, Sec. 5.2.2: clip a worker's gradient ``δ_i`` when
 ``‖δ_i‖_2 > th_i = sqrt(P) th``) is applied by the :class:`~jaxgraph.train.Trainer`
 (``local_grad_clip=th``) to each device's gradient with respect to its own copy of the
@@ -86,7 +96,9 @@ import numpy as np
 from jaxgraph.comm.broadcast import (
     all_blocks_by_broadcast,
     broadcast_bytes,
+    broadcast_forward,
     halo_sources,
+    reduce_halo_to_owners,
     skip_broadcast_blocks,
 )
 from jaxgraph.comm.strategy import CommStrategy, GraphShard
@@ -175,12 +187,18 @@ def variation_gap(h: jax.Array, last_sent: jax.Array, mask: jax.Array) -> jax.Ar
     return total / jnp.maximum(count, 1.0)
 
 
-def decision_bytes(num_parts: int) -> int:
-    """Bytes one device sends for the decision table of one Sancus exchange: a ring
-    all-reduce of ``int32[P, P + 3]`` moves ``2 (P - 1) / P`` of it per device."""
+def table_bytes(num_parts: int, columns: int) -> int:
+    """Bytes one device sends for a ``psum`` of an ``int32[P, columns]`` table: a ring
+    all-reduce moves ``2 (P - 1) / P`` of it per device."""
     if num_parts == 1:
         return 0
-    return 2 * (num_parts - 1) * (num_parts - 1 + _REPORT) * 4
+    return 2 * (num_parts - 1) * columns * 4
+
+
+def decision_bytes(num_parts: int) -> int:
+    """Bytes one device sends for the decision table of one Sancus exchange
+    (``int32[P, P + 3]``, :func:`table_bytes`)."""
+    return table_bytes(num_parts, num_parts - 1 + _REPORT)
 
 
 def _check_block_plan(plan: HaloPlan, who: str) -> None:
@@ -348,15 +366,152 @@ class Sancus(CommStrategy):
         return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
 
 
+def _gradient_skip_exchange(h_local, probe, cached, active, *, axis_name, num_parts):
+    """CAGNET's forward with SkipG's backward: each block's gradient reduce runs only when
+    its owner is ``active``; otherwise the owner reuses ``cached``, its last reduced sum.
+
+    Forward: every block is broadcast (halo order). Backward: for each source ``j`` a
+    ``lax.cond`` on ``active[j]`` (identical on every device) runs the reduction tree of block
+    ``j`` or nothing; this device's cotangent is the fresh sum when its own block is active and
+    ``cached`` otherwise, and ``probe`` receives the same value (the new cache).
+
+    Shapes:
+      ``h_local, probe, cached: [B, F]``, ``active: bool[P]`` -> ``[P-1, B, F]``.
+    """
+    kw = dict(axis_name=axis_name, num_parts=num_parts)
+
+    @jax.custom_vjp
+    def exchange(h_local, probe, cached, active):
+        del probe, cached, active
+        i = jax.lax.axis_index(axis_name)
+        blocks = jnp.stack([broadcast_forward(h_local, j, **kw) for j in range(num_parts)])
+        return jnp.take(blocks, halo_sources(i, num_parts), axis=0)  # [P-1, B, F]
+
+    def fwd(h_local, probe, cached, active):
+        return exchange(h_local, probe, cached, active), (cached, active)
+
+    def bwd(res, g_halo):
+        cached, active = res
+        i = jax.lax.axis_index(axis_name)
+        dh = reduce_halo_to_owners(g_halo, active=active, **kw)
+        dh = jnp.where(active[i], dh, cached)
+        return dh, dh, None, None
+
+    exchange.defvjp(fwd, bwd)
+    return exchange(h_local, probe, cached, active)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipG(CommStrategy):
+    """Bounded gradient staleness on the block-row layout (the SkipG baseline).
+
+    Every block is broadcast in the forward pass, as in CAGNET. In the backward pass the
+    reduction of block ``j``'s gradient partials to its owner (``sum_i Â_ijᵀ G_i``, the
+    halo part of ``dH_j``) runs at epoch ``e`` iff ``e - Ver(j) > Δ`` (or during the warm-up,
+    or if it never ran), ``Ver(j)`` the epoch of its last reduction; otherwise the owner adds
+    the sum it received then, at most Δ epochs old, and the reduction moves 0 bytes. The rule
+    is Sancus's Δ_E (:func:`decide`) applied to gradients instead of embeddings; Δ = 0 is
+    CAGNET. The owner's own diagonal term is always fresh.
+
+    ``comm_state`` per layer and device: ``grad: f32[B, F]`` the last reduced sum of this
+    device's block, ``sent_version: int32[]`` its epoch (``-1`` = never), ``count: int32[]``
+    completed epochs. Every device adds ``(count, sent_version)`` to one ``psum``'d table,
+    so the predicate of every ``lax.cond`` is device-invariant; it costs :func:`table_bytes`
+    per layer after the first. Layer 0 (data input) has no backward pass; its state is the
+    counter only.
+
+    Args:
+      bound: Δ, whole epochs (``math.inf``: never reduce again after the warm-up).
+      warmup: epochs ``1..warmup`` reduce every block.
+    """
+
+    bound: float = 1
+    warmup: int = 50
+
+    layout: ClassVar[str] = "block"
+
+    def __post_init__(self):
+        StalenessPolicy("epoch", self.bound, self.warmup)  # validates
+        if not math.isinf(self.bound) and self.bound != int(self.bound):
+            raise ValueError(f"the SkipG bound must be a whole number of epochs, got {self.bound}")
+
+    @property
+    def name(self) -> str:
+        bound = "inf" if math.isinf(self.bound) else f"{int(self.bound)}"
+        return f"skipg-{bound}-w{self.warmup}"
+
+    def init_state(self, plan, layer_dims, *, epoch=0):
+        _check_block_plan(plan, "SkipG")
+        p, b = plan.num_parts, plan.num_local_rows
+        count = {"count": np.full(p, epoch, np.int32)}
+        # Layer 0 (data input) has no backward pass: only its counter.
+        return (count,) + tuple(
+            {
+                "grad": np.zeros((p, b, f), np.float32),
+                "sent_version": np.full(p, -1, np.int32),
+                **count,
+            }
+            for f in layer_dims[1:]
+        )
+
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
+        del key
+        p = num_parts
+        b, f = h_local.shape
+        st = comm_state[layer]
+        count = st["count"] + 1
+        _, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
+        if p == 1 or probe is None:  # layer 0: CAGNET's forward, no backward
+            halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=p)
+            new = {**st, "count": count}
+            return halo, _replace_layer(comm_state, layer, new), jnp.float32(total)
+        i = jax.lax.axis_index(axis_name)
+        report = jnp.stack([count, st["sent_version"]])  # int32[2]
+        table = jax.lax.psum(jnp.zeros((p, 2), jnp.int32).at[i].set(report), axis_name)
+        epoch = table[0, 0]
+        policy = StalenessPolicy("epoch", self.bound, self.warmup)
+        active = decide(policy, epoch=epoch, sent_version=table[:, 1], tags=None, gap=None)
+        halo = _gradient_skip_exchange(
+            h_local, probe, st["grad"], active, axis_name=axis_name, num_parts=p
+        )
+        new = {
+            **st,
+            "sent_version": jnp.where(active[i], epoch, st["sent_version"]),
+            "count": count,
+        }
+        # Backward: every non-source device sends one block per executed reduction tree.
+        block = b * f * h_local.dtype.itemsize
+        backward = jnp.sum(jnp.where(active & (jnp.arange(p) != i), block, 0)).astype(jnp.float32)
+        nbytes = jnp.float32(total + table_bytes(p, 2)) + backward
+        return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
+
+    def probes(self, comm_state, num_layers):
+        return tuple(
+            None if layer == 0 else jnp.zeros_like(comm_state[layer]["grad"])
+            for layer in range(num_layers)
+        )
+
+    def absorb_probes(self, comm_state, probe_grads):
+        out = comm_state
+        for layer, grad in enumerate(probe_grads):
+            if grad is not None:
+                out = _replace_layer(out, layer, {**out[layer], "grad": grad})
+        return out
+
+
 _SANCUS = re.compile(
     r"^sancus-(?P<kind>[eah])(?P<bound>inf|\d+(?:\.\d+)?)"
     r"(?:-w(?P<warmup>\d+))?(?:-clip(?P<clip>\d+(?:\.\d+)?))?$"
 )
 _KINDS = {"e": "epoch", "a": "adaptive", "h": "gap"}
+_SKIPG = re.compile(r"^skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?$")
 
 
 def make_block_strategy(method: str) -> CommStrategy:
-    """``cagnet``, or ``sancus-<policy><Δ>[-w<warmup>][-clip<th>]``.
+    """``cagnet``, ``sancus-<policy><Δ>[-w<warmup>][-clip<th>]`` or
+    ``skipg[-<Δ>][-w<warmup>]`` (:class:`SkipG`; Δ = 1 and 50 warm-up epochs by default).
 
     ``<policy>`` is ``e`` (Δ_E epochs), ``a`` (Δ_A epochs) or ``h`` (Δ_H, mean absolute
     difference); ``Δ`` may be ``inf``. Examples: ``sancus-e1``, ``sancus-a2-w20``,
@@ -367,11 +522,16 @@ def make_block_strategy(method: str) -> CommStrategy:
     """
     if method == "cagnet":
         return CAGNET()
+    g = _SKIPG.match(method)
+    if g is not None:
+        bound = 1 if g["bound"] is None else (math.inf if g["bound"] == "inf" else int(g["bound"]))
+        return SkipG(bound, 50 if g["warmup"] is None else int(g["warmup"]))
     m = _SANCUS.match(method)
     if m is None:
         raise ValueError(
-            f"unknown block-row method {method!r}; expected 'cagnet' or "
-            "'sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]' (e.g. sancus-e1, sancus-h0.04)"
+            f"unknown block-row method {method!r}; expected 'cagnet', "
+            "'sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]' (e.g. sancus-e1, sancus-h0.04) or "
+            "'skipg[-<bound>][-w<warmup>]' (e.g. skipg, skipg-2-w20)"
         )
     kind = _KINDS[m["kind"]]
     bound = math.inf if m["bound"] == "inf" else float(m["bound"])
@@ -386,9 +546,11 @@ __all__ = [
     "CAGNET",
     "NOT_READ",
     "Sancus",
+    "SkipG",
     "StalenessPolicy",
     "decide",
     "decision_bytes",
     "make_block_strategy",
+    "table_bytes",
     "variation_gap",
 ]

@@ -125,6 +125,9 @@ class CommStrategy(abc.ABC):
     """
 
     name: str = "abstract"
+    # True: the model exchanges a layer's input rows before its dropout, and drops out the
+    # received halo rows with its own mask (PipeGCN); False: the rows travel after dropout.
+    exchange_before_dropout: bool = False
 
     def init_state(
         self, plan: HaloPlan, layer_dims: tuple[int, ...], *, epoch: int = 0

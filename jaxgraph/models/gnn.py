@@ -18,7 +18,11 @@ MODELS = ("gcn", "sage", "gat")
 
 
 class _Stack(nn.Module):
-    """Shared layer loop: dropout -> conv -> (LayerNorm) -> ReLU, the last conv plain."""
+    """Shared layer loop: dropout -> conv -> (LayerNorm) -> ReLU, the last conv plain.
+
+    Under a strategy that exchanges before dropout (PipeGCN), each layer's halo is fetched
+    first and dropped out with the local rows (:meth:`Propagator.prefetch`).
+    """
 
     hidden: int
     out_dim: int
@@ -37,7 +41,11 @@ class _Stack(nn.Module):
         h = x
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
-            h = nn.Dropout(self.dropout, deterministic=not train)(h)
+            drop = nn.Dropout(self.dropout, deterministic=not train)
+            if propagate.exchange_before_dropout:
+                h = propagate.prefetch(h, layer=layer, dropout=drop)
+            else:
+                h = drop(h)
             h = self.conv(h, propagate, layer, self.out_dim if last else self.hidden, last)
             if not last:
                 if self.layer_norm:

@@ -57,6 +57,13 @@ class Propagator:
         self.probes = probes
         self.split = split
         self.bytes_moved = jnp.float32(0)
+        self._prefetched: dict[int, jax.Array] = {}
+
+    @property
+    def exchange_before_dropout(self) -> bool:
+        """Whether the model should fetch each layer's halo with :meth:`prefetch`, before its
+        dropout, rather than exchange the rows after it (the strategy's choice)."""
+        return self.strategy.exchange_before_dropout
 
     @property
     def num_local(self) -> int:
@@ -66,8 +73,36 @@ class Propagator:
         """Local rows followed by the halo rows: ``[Nl, F] -> [Nl + H, F]``."""
         return jnp.concatenate([h, self.exchange(h, layer=layer)], axis=0)
 
+    def prefetch(self, h: jax.Array, *, layer: int, dropout) -> jax.Array:
+        """Exchanges the halo of ``h`` before dropout, then drops out local and halo rows.
+
+        The halo rows get their own mask on the receiver (PipeGCN's order: exchange, then
+        dropout of ``[local | halo]``); the dropped halo is kept for this layer's aggregation,
+        which then runs no exchange of its own.
+
+        Args:
+          h: this device's rows before dropout.
+          layer: the layer index.
+          dropout: the layer's dropout, applied to ``[Nl + H, F]`` at once.
+
+        Returns:
+          The dropped-out local rows. Shapes: ``[Nl, F] -> [Nl, F]``.
+        """
+        n = h.shape[0]
+        both = dropout(jnp.concatenate([h, self._exchange(h, layer=layer)], axis=0))
+        self._prefetched[layer] = both[n:]  # f32[H, F]
+        return both[:n]
+
     def exchange(self, h: jax.Array, *, layer: int) -> jax.Array:
-        """The halo rows of ``h`` from the strategy, in ``h``'s dtype: ``[Nl, F] -> [H, F]``."""
+        """The halo rows of ``h`` from the strategy, in ``h``'s dtype: ``[Nl, F] -> [H, F]``.
+
+        After :meth:`prefetch` of ``layer``, the prefetched (dropped-out) halo instead.
+        """
+        if layer in self._prefetched:
+            return self._prefetched.pop(layer)
+        return self._exchange(h, layer=layer)
+
+    def _exchange(self, h: jax.Array, *, layer: int) -> jax.Array:
         key = None if self.key is None else jax.random.fold_in(self.key, layer)
         # Only strategies that trace their backward messages take a probe.
         probe = None if self.probes is None else self.probes[layer]

@@ -37,7 +37,9 @@ from jaxgraph.train.state import Trainer, counts_to_score
 METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
 # 1D block-row methods (jaxgraph.comm.stale): Sancus takes any
 # "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]"; these are examples.
-METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04")
+METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04", "skipg")
+# Stale halo exchange on the ring (jaxgraph.comm.pipegcn).
+METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync")
 # The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
 # attention coefficients are data-dependent and take the mean aggregator's as a proxy.
 _MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
@@ -53,6 +55,10 @@ def make_strategy(
     assign: AssignConfig | None = None,
 ) -> CommStrategy:
     """The communication strategy named ``method`` (one of :data:`METHODS`).
+
+    ``pipegcn[-f|-g|-fg|-sync]`` is PipeGCN (:mod:`jaxgraph.comm.pipegcn`); ``cagnet``,
+    ``sancus-...`` and ``skipg[-<Δ>][-w<warmup>]`` run on the block-row layout
+    (:func:`jaxgraph.comm.stale.make_block_strategy`).
 
     ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
     through the same path); ``quant-random`` draws a width from {2, 4, 8} per message every
@@ -72,7 +78,11 @@ def make_strategy(
 
         bits = method.removeprefix("quant-")
         return Quantized(bits if bits == "random" else int(bits), period=period, seed=seed)
-    if method == "cagnet" or method.startswith("sancus-"):
+    if method.startswith("pipegcn"):
+        from jaxgraph.comm.pipegcn import make_pipegcn
+
+        return make_pipegcn(method)
+    if method == "cagnet" or method.startswith(("sancus-", "skipg")):
         from jaxgraph.comm.stale import make_block_strategy
 
         return make_block_strategy(method)
@@ -162,7 +172,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         strategy.cost = measure(mesh, (1 << 16, 1 << 20, 1 << 22), repeats=3)
     parts = partition_graph(graph, config.parts, method=config.partition, seed=config.seed)
     check_same_on_all_processes("the graph or its partition", graph.indptr, graph.indices, parts)
-    if getattr(strategy, "layout", "halo") == "block":  # CAGNET / Sancus: halo = all blocks
+    if getattr(strategy, "layout", "halo") == "block":  # CAGNET / Sancus / SkipG: all blocks
         from jaxgraph.partition.blockhalo import build_block_halo_plan
 
         plan = build_block_halo_plan(graph, parts, num_parts=config.parts)

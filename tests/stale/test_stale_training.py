@@ -1,5 +1,6 @@
-"""CAGNET and Sancus in the Trainer: the single-device oracle when nothing is stale, frozen
-blocks under an infinite bound, consistent caches, byte accounting, clipping and resume."""
+"""CAGNET, Sancus and SkipG in the Trainer: the single-device oracle when nothing is stale,
+frozen blocks under an infinite bound, consistent caches, byte accounting, reused gradients,
+clipping and resume."""
 
 import functools
 import json
@@ -13,7 +14,14 @@ import optax
 import pytest
 
 from jaxgraph.comm.broadcast import broadcast_bytes
-from jaxgraph.comm.stale import CAGNET, Sancus, StalenessPolicy, decision_bytes
+from jaxgraph.comm.stale import (
+    CAGNET,
+    Sancus,
+    SkipG,
+    StalenessPolicy,
+    decision_bytes,
+    table_bytes,
+)
 from jaxgraph.comm.strategy import GraphShard, Vanilla
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
@@ -30,6 +38,7 @@ from jaxgraph.train import (
 )
 from jaxgraph.train.checkpoint import read_leaves
 
+from dense_stale import halo_gradient, stale_gcn
 from graph_cases import ALL_CASES, random_graph
 
 RTOL = ATOL = 1e-5  # fp32 policy
@@ -146,6 +155,48 @@ def test_sancus_never_stale_trains_like_the_oracle(num_parts):
     fwd0, fwd1 = _layer_bytes(plan, (GRAPH.num_features, HIDDEN), num_parts)
     fixed = fwd1 + fwd1 + 2 * num_parts * decision_bytes(num_parts)  # layer 1 fwd + bwd
     assert sent == [fixed + fwd0, fixed, fixed]
+
+
+@pytest.mark.slow  # the reduced epochs of the next test check the same equivalence
+def test_skipg_without_staleness_trains_like_the_oracle():
+    """Δ = 0 reduces every block's gradient at every epoch: CAGNET, i.e. the oracle."""
+    num_parts = 4
+    plan, trainer, shards, state = _setup(SkipG(0, warmup=0), GRAPH, num_parts)
+    _, _, ref_losses, ref_params = _oracle_steps()
+    fwd0, fwd1 = _layer_bytes(plan, (GRAPH.num_features, HIDDEN), num_parts)
+    table = num_parts * table_bytes(num_parts, 2)
+    for ref_loss in ref_losses:
+        state, metrics = trainer.train_step(state, shards)
+        np.testing.assert_allclose(float(metrics["loss"]), ref_loss, rtol=RTOL, atol=ATOL)
+        assert float(metrics["bytes_moved"]) == fwd0 + 2 * fwd1 + table
+    _assert_tree_close(state.params, ref_params)
+
+
+def test_skipg_skipped_reductions_reuse_the_cached_gradient_and_move_nothing():
+    """Δ = 1 after a one-epoch warm-up: reductions at epochs 1 and 3, reused at 2 and 4. A
+    reduction stores this epoch's halo gradient Â_crossᵀ dZ_1 per owner; a skipped epoch's
+    gradients are the dense ones with that cached sum in place of the fresh one, and its
+    backward moves 0 bytes."""
+    num_parts = 4
+    plan, trainer, shards, state = _setup(SkipG(1, warmup=1), GRAPH, num_parts)
+    fwd0, fwd1 = _layer_bytes(plan, (GRAPH.num_features, HIDDEN), num_parts)
+    forward = fwd0 + fwd1 + num_parts * table_bytes(num_parts, 2)
+    cached = None
+    for epoch in range(1, 5):
+        reduced = epoch % 2 == 1
+        params = jax.device_get(state.params)
+        ref_loss, _, _, dz1 = stale_gcn(params, GRAPH, plan.parts)
+        if reduced:
+            cached = halo_gradient(GRAPH, plan.parts, dz1)
+        _, _, ref_grads, _ = stale_gcn(params, GRAPH, plan.parts, inject=cached)
+        _, grads = trainer.loss_and_grads(state, shards)
+        _assert_tree_close(grads, ref_grads)
+        state, metrics = trainer.train_step(state, shards)
+        np.testing.assert_allclose(float(metrics["loss"]), float(ref_loss), rtol=RTOL, atol=ATOL)
+        assert float(metrics["bytes_moved"]) == forward + (fwd1 if reduced else 0)
+        layer1 = jax.device_get(state.comm_state[1])
+        np.testing.assert_allclose(plan.unshard_nodes(layer1["grad"]), cached, rtol=RTOL, atol=ATOL)
+        assert np.all(layer1["sent_version"] == (epoch if reduced else epoch - 1))
 
 
 def _check_consistent(comm_state, num_parts):
@@ -265,14 +316,24 @@ def _metrics(workdir):
     ]
 
 
-def test_checkpoint_resume_restores_caches_exactly(tmp_path):
-    """train() with a Sancus method: resuming from the epoch-3 checkpoint reproduces the
-    uninterrupted run's metrics and its final cache, tags and last-sent copies bit for bit."""
+@pytest.mark.parametrize(
+    ("method", "leaf"),
+    [
+        ("sancus-e1-w2", "cache"),
+        pytest.param("skipg-1-w2", "grad", marks=pytest.mark.slow),
+        ("pipegcn", "halo"),
+    ],
+)
+def test_checkpoint_resume_restores_caches_exactly(tmp_path, method, leaf):
+    """train() with a stale method: resuming from the epoch-3 checkpoint reproduces the
+    uninterrupted run's metrics and its final comm_state (Sancus: cache, tags and last-sent
+    copies; SkipG: cached gradients and versions; PipeGCN: stale halo rows and gradients)
+    bit for bit."""
     graph = random_graph(n=120, avg_deg=6, seed=11)
     config = TrainConfig(
         model=ModelConfig(name="gcn", hidden=HIDDEN, dropout=0.5),
         parts=4,
-        method="sancus-e1-w2",
+        method=method,
         epochs=6,
         checkpoint_every=3,
         progress=False,
@@ -288,9 +349,18 @@ def test_checkpoint_resume_restores_caches_exactly(tmp_path):
     records = _metrics(full)
     assert _metrics(cut) == records
     sent = [r["bytes_moved"] for r in records]
-    assert sent[2] < sent[1] and sent[3] == sent[1] and sent[4] == sent[2]  # skipped at 3, 5
+    if method == "pipegcn":  # staleness hides transfers, it does not skip them
+        assert sent[1:] == sent[:-1]
+    else:
+        assert sent[2] < sent[1] and sent[3] == sent[1] and sent[4] == sent[2]  # skip at 3, 5
     a = read_leaves(full / "checkpoints" / "ckpt_000006.npz", ".comm_state")
     b = read_leaves(cut / "checkpoints" / "ckpt_000006.npz", ".comm_state")
-    assert sorted(a) == sorted(b) and any("cache" in k for k in a)
+    assert sorted(a) == sorted(b) and any(leaf in k for k in a)
+    if method == "pipegcn":  # exchanged before dropout: layer 0's halo holds raw features
+        parts = partition_graph(graph, 4, method="metis", seed=config.seed)
+        plan = build_halo_plan(graph, parts, num_parts=4)
+        real = plan.halo_mask[..., None]
+        expect = np.where(real, graph.features[plan.halo_nodes], 0).astype(np.float32)
+        np.testing.assert_array_equal(np.where(real, a[".comm_state[0]['halo']"], 0), expect)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
