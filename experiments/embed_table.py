@@ -257,8 +257,8 @@ def walk_speed(args, results):
     results["walks"] = rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The round, walk, trainer and evaluation options shared with ``felog_table.py``."""
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--lp-rounds", type=int, default=6, help="rounds on ca-AstroPh")
     ap.add_argument("--walk-length", type=int, default=40)
@@ -266,6 +266,11 @@ def main():
     ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--shuffles", type=int, default=2)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap)
     ap.add_argument(
         "--variants",
         nargs="*",

@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import numpy as np  # noqa: E402
-from embed_table import VARIANTS, _configs  # noqa: E402  (the table's shared base settings)
+from embed_table import VARIANTS, _configs, add_run_arguments  # noqa: E402  (shared settings)
 
 from jaxgraph.data import load_dataset  # noqa: E402
 from jaxgraph.embed import evaluate as ev  # noqa: E402
@@ -188,13 +188,7 @@ def plot(traces, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=10, help="rounds on BlogCatalog")
-    ap.add_argument("--lp-rounds", type=int, default=6, help="rounds on ca-AstroPh")
-    ap.add_argument("--walk-length", type=int, default=40)
-    ap.add_argument("--walks-per-node", type=int, default=1, help="per round")
-    ap.add_argument("--window", type=int, default=5)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--shuffles", type=int, default=2)
+    add_run_arguments(ap)
     ap.add_argument("--parts", type=int, default=2, help="data-parallel replicas")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip", nargs="*", default=[], help="blogcatalog, astroph")
