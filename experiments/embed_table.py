@@ -277,8 +277,8 @@ def walk_speed(args, results):
     results["walks"] = rows
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The round, walk, trainer and evaluation options shared with ``felog_table.py``."""
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--lp-rounds", type=int, default=6, help="rounds on ca-AstroPh")
     ap.add_argument("--walk-length", type=int, default=40)
@@ -286,6 +286,14 @@ def main(argv=None):
     ap.add_argument("--window", type=int, default=5)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--shuffles", type=int, default=2)
+    ap.add_argument("--walker", choices=("deepwalk", "node2vec"), default="deepwalk")
+    ap.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
+    ap.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap)
     ap.add_argument(
         "--variants",
         nargs="*",
@@ -298,9 +306,6 @@ def main(argv=None):
     ap.add_argument(
         "--lp-seeds", type=int, nargs="+", default=None, help="link-prediction seeds (--seed)"
     )
-    ap.add_argument("--walker", choices=("deepwalk", "node2vec"), default="deepwalk")
-    ap.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
-    ap.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")
     ap.add_argument("--skip", nargs="*", default=[], help="blogcatalog, astroph, gensim, walks")
     ap.add_argument("--out", default="runs/embed_table.json")
     ap.add_argument("--quick", action="store_true", help="3 rounds, short walks")

@@ -83,3 +83,12 @@ def test_embed_table_quick(tmp_path):
     out = tmp_path / "embed.json"
     _run("embed_table.py", "--quick", "--out", str(out))
     assert json.loads(out.read_text())
+
+
+def test_felog_table_quick(tmp_path):
+    _run("felog_table.py", "--quick", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "felog_table_quick.json").read_text())
+    names = [r["method"] for r in results["blogcatalog"]]
+    assert names == ["deepwalk", "felog", "-FeeST", "-FaBC", "-HaSyn", "-RiPP"]
+    assert (tmp_path / "felog_table_quick.md").exists()
+    assert (tmp_path / "felog_utilization_quick.png").exists()

@@ -489,7 +489,7 @@ class WalkCodec:
 # ---------------------------------------------------------------------- kernels
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _sorted_runs(row, n):
     """Distinct ids of ``row[:n]`` and their counts, ordered by count desc, then id asc."""
     toks = np.sort(row[:n])
@@ -507,7 +507,7 @@ def _sorted_runs(row, n):
     return ids[:r][order], cnt[:r][order]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _rank_counts_kernel(nodes, lengths, ranked):
     for i in prange(nodes.shape[0]):
         n = lengths[i]
@@ -518,7 +518,7 @@ def _rank_counts_kernel(nodes, lengths, ranked):
             ranked[i, s] = cnt[s]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _walk_topk_kernel(nodes, lengths, hot_ids):
     k = hot_ids.shape[1]
     for i in prange(nodes.shape[0]):
@@ -530,7 +530,7 @@ def _walk_topk_kernel(nodes, lengths, hot_ids):
             hot_ids[i, s] = ids[s]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _encode_kernel(nodes, lengths, hot_ids, count_only, offsets, bitmaps, residual):
     """Counts residual tokens per walk into ``offsets[i]`` (``count_only``), or sets the bitmaps
     and writes walk ``i``'s residual from ``offsets[i]`` on. ``hot_ids: int32[W, k]``."""

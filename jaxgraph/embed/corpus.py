@@ -145,7 +145,7 @@ def skipgram_pairs(
     return inputs, outputs
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _pairs_kernel(
     nodes, lengths, walk_ids, keep_prob, window, key, count_only, offsets, inputs, outputs
 ):

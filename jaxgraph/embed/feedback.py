@@ -111,7 +111,7 @@ def neighbour_consistency(
     return out
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _psi_kernel(unit, indptr, indices, nodes, k, key, out):
     for m in prange(nodes.shape[0]):
         v = nodes[m]

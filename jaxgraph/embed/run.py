@@ -34,9 +34,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
-from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set, update_active_set
+from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
+from jaxgraph.embed.pipeline import PipelineConfig, RoundRunner, Span, latest_state, run_rounds
 from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer, TableSync
-from jaxgraph.embed.walks import WalkConfig, out_csr, random_walks
+from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
 
 Method = Literal["felog", "deepwalk", "node2vec"]
@@ -60,6 +61,8 @@ class EmbedConfig:
         walks). The trained result is the same either way.
       sync: the trainer's periodic :class:`~jaxgraph.embed.skipgram.TableSync` (None:
         ``AllSync(sgns.merge)``), e.g. :class:`jaxgraph.embed.sync.HotspotSync`.
+      pipeline: the RiPP schedule (:class:`~jaxgraph.embed.pipeline.PipelineConfig`); None is
+        the sequential loop with no lag (each round walks from the previous round's feedback).
     """
 
     method: Method = "felog"
@@ -70,6 +73,7 @@ class EmbedConfig:
     seed: int = 0
     compress: FabcConfig | None = None
     sync: TableSync | None = None
+    pipeline: PipelineConfig | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -131,6 +135,7 @@ class RoundLog:
     walk_bytes_raw: int = 0
     walk_bytes_sent: int = 0
     seconds_codec: float = 0.0
+    source_round: int = -1  # the feedback round whose active set the walks started from
 
 
 @dataclasses.dataclass
@@ -142,9 +147,11 @@ class EmbedResult:
       syn1: ``f32[N, d]`` output (context) vectors.
       rounds: per-round log.
       stop_reason: ``"max_rounds"``, ``"active_set_empty"`` or ``"stop_ratio"``.
-      seconds: walk + train + feedback time of all rounds (compilation excluded).
+      seconds: wall time of the round loop (compilation excluded; with a pipelined schedule,
+        less than the sum of the operators' times).
       seconds_compile: compile time before the first round.
       snapshots: ``{r: f32[N, d]}`` input vectors after round ``r``, for the rounds asked for.
+      trace: every operator's :class:`~jaxgraph.embed.pipeline.Span` (this process's rounds).
     """
 
     syn0: np.ndarray
@@ -154,6 +161,7 @@ class EmbedResult:
     seconds: float
     seconds_compile: float
     snapshots: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    trace: list[Span] = dataclasses.field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -183,8 +191,12 @@ def embed(
     *,
     log=None,
     snapshot_rounds: tuple[int, ...] = (),
+    checkpoint_dir: str | Path | None = None,
+    stop=None,
 ) -> EmbedResult:
     """Trains node embeddings with ``config.method`` (see the module docstring).
+
+    The rounds run on the schedule of ``config.pipeline`` (:mod:`jaxgraph.embed.pipeline`).
 
     Args:
       graph: the graph (walks follow out-edges).
@@ -193,20 +205,24 @@ def embed(
       log: optional callable receiving each :class:`RoundLog` as it completes.
       snapshot_rounds: rounds after which to keep a copy of the input vectors (to measure
         quality against time; the copies are not timed).
+      checkpoint_dir: write each round's corpus and train state there; a directory holding
+        state checkpoints of the same run is resumed after its last complete round.
+      stop: an optional ``threading.Event``; setting it stops the run
+        (:class:`~jaxgraph.embed.pipeline.PipelineStopped`).
 
     Returns:
       :class:`EmbedResult`.
 
     Raises:
       ValueError: the graph has no edge (no walk can train anything).
+      CheckpointError: a checkpoint in ``checkpoint_dir`` is corrupt or from another run.
     """
     csr = out_csr(graph)
     active = initial_active_set(csr[0])
     if active.size == 0:
         raise ValueError(f"graph {graph.name!r} has no edge: there is nothing to embed")
-    n = graph.num_nodes
     trainer = SkipGramTrainer(
-        n,
+        graph.num_nodes,
         config.sgns,
         mesh,
         seed=config.seed,
@@ -217,77 +233,33 @@ def embed(
     if config.compress is not None:
         codec = WalkCodec(config.compress, device=mesh.devices.flat[0])
     seconds_compile = trainer.compile()
-    ever_inactive = np.zeros(n, bool)
-    rounds: list[RoundLog] = []
-    stop_reason = "max_rounds"
+    runner = RoundRunner(csr, config, trainer, codec, active, checkpoint_dir)
+    stopped = False
+    if checkpoint_dir is not None and (last := latest_state(checkpoint_dir)) is not None:
+        stopped = runner.restore(last)
     snapshots: dict[int, np.ndarray] = {}
-    for r in range(config.rounds):
-        t0 = time.perf_counter()
-        walks = random_walks(csr, active, config.walk, seed=config.seed, round_index=r)
-        codec_stats = None
-        if codec is not None:  # the trainer reads the walks decoded on the device
-            walks, codec_stats = codec.transfer(walks)
-        t1 = time.perf_counter()
-        stats = trainer.train_round(walks, r)
-        t2 = time.perf_counter()
-        entry = RoundLog(
-            round=r,
-            active=int(active.size),
-            walks=walks.num_walks,
-            tokens=walks.num_tokens,
-            pairs=stats.pairs,
-            lr=stats.lr,
-            loss=stats.loss,
-            syncs=stats.syncs,
-            sync_rows=stats.sync_rows,
-            seconds_walk=t1 - t0,
-            seconds_train=t2 - t1,
-            seconds_feedback=0.0,
-            seconds=0.0,
-            next_active=int(active.size),
-        )
-        if codec_stats is not None:
-            entry.walk_bytes_raw = codec_stats.raw_bytes
-            entry.walk_bytes_sent = codec_stats.sent_bytes
-            entry.seconds_codec = codec_stats.seconds
-        stop = False
-        if config.uses_feedback:
-            step = update_active_set(
-                active,
-                trainer.input_vectors(),
-                *csr,
-                config.feedback,
-                seed=config.seed,
-                round_index=r,
-                ever_inactive=ever_inactive,
-            )
-            entry.evaluated = step.evaluated
-            entry.psi_mean = step.psi_mean
-            entry.reactivated = step.reactivated
-            entry.next_active = int(step.active.size)
-            if step.stop:
-                stop = True
-                stop_reason = "active_set_empty" if step.active.size == 0 else "stop_ratio"
-            active = step.active
-        t3 = time.perf_counter()
-        entry.seconds_feedback = t3 - t2
-        entry.seconds = t3 - t0
-        rounds.append(entry)
+
+    def after_round(entry: RoundLog) -> None:
         if log is not None:
             log(entry)
-        if r in snapshot_rounds:
-            snapshots[r] = trainer.input_vectors().copy()
-        if stop:
-            break
+        if entry.round in snapshot_rounds:
+            snapshots[entry.round] = trainer.input_vectors().copy()
+
+    runner.after_round = after_round
+    t0 = time.perf_counter()
+    if not stopped:
+        run_rounds(runner, stop=stop)
+    seconds = time.perf_counter() - t0
     syn0, syn1 = trainer.embeddings()
     return EmbedResult(
         syn0=syn0,
         syn1=syn1,
-        rounds=rounds,
-        stop_reason=stop_reason,
-        seconds=sum(x.seconds for x in rounds),
+        rounds=runner.rounds,
+        stop_reason=runner.stop_reason,
+        seconds=seconds,
         seconds_compile=seconds_compile,
         snapshots=snapshots,
+        trace=runner.spans,
     )
 
 

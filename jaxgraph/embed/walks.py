@@ -190,7 +190,7 @@ def walk_throughput(
 # ---------------------------------------------------------------------- kernels
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _deepwalk_kernel(indptr, indices, starts, key, nodes, lengths):
     num_starts = starts.shape[0]
     length = nodes.shape[1]
@@ -224,7 +224,7 @@ def _has_edge(indptr, indices, u, x):
     return lo < indptr[u + 1] and indices[lo] == x
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _node2vec_kernel(indptr, indices, starts, key, inv_p, inv_q, nodes, lengths):
     num_starts = starts.shape[0]
     length = nodes.shape[1]

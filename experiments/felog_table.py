@@ -1,0 +1,219 @@
+"""The FeLoG system table: end-to-end time, bytes and quality of FeLoG, the DeepWalk baseline
+and one ablation per FeLoG component.
+
+Rows (every run on the same walker, trainer and learning-rate schedule):
+
+* ``deepwalk``: feedback off, raw corpus, full-table sync, sequential loop.
+* ``felog``: FeeST (active set), FaBC (compressed corpus, decoded on the device), HaSyn
+  (hotspot sync) and RiPP (``deterministic`` pipeline, lag 1).
+* ``-FeeST`` / ``-FaBC`` / ``-HaSyn`` / ``-RiPP``: ``felog`` without that component (``-RiPP``
+  runs the sequential schedule with the same lag, so its embeddings equal ``felog``'s and only
+  the time differs).
+
+Columns: time (round loop, compilation excluded), speed-up over ``deepwalk``, tokens, corpus
+bytes host -> device (compressed when FaBC is on, else the raw ``4 T``), bytes one replica
+all-reduces in syncs, busy fractions of the round loop from the per-operator trace (host
+stages: walk, encode, corpus checkpoint; trainer stages: decode, train, where "train" includes
+the skip-gram pair generation on the host, so it is not device time alone), and quality:
+Micro/Macro-F1 at 50 % labelled (BlogCatalog), link-prediction AUC (dot product) on a 50 % edge
+split (ca-AstroPh).
+
+Writes ``felog_table.md``, ``felog_table.json`` and ``felog_utilization.png`` (host/device busy
+fraction over time of ``felog`` and ``-RiPP`` on BlogCatalog) to ``--out``.
+
+CPU-sized (2 cores)::
+
+    python experiments/felog_table.py --quick        # a few minutes
+    python experiments/felog_table.py                # 10 rounds on BlogCatalog, 6 on ca-AstroPh
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import numpy as np  # noqa: E402
+from embed_table import VARIANTS, _configs, add_run_arguments  # noqa: E402  (shared settings)
+
+from jaxgraph.data import load_dataset  # noqa: E402
+from jaxgraph.embed import evaluate as ev  # noqa: E402
+from jaxgraph.embed.compress import FabcConfig  # noqa: E402
+from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_fractions  # noqa: E402
+from jaxgraph.embed.run import atomic_write_bytes, embed, save_json  # noqa: E402
+from jaxgraph.embed.sync import HotspotSync, sync_bytes  # noqa: E402
+from jaxgraph.mesh import make_mesh  # noqa: E402
+
+RIPP = PipelineConfig("deterministic", lag=1)
+
+
+def variants(args):
+    """``{row name: EmbedConfig}``."""
+    base = _configs(argparse.Namespace(**{**vars(args), "variants": []}))["deepwalk"]
+    felog = base.replace(
+        method="felog",
+        feedback=VARIANTS["felog"],
+        compress=FabcConfig(),
+        sync=HotspotSync(),
+        pipeline=RIPP,
+    )
+    return {
+        "deepwalk": base,
+        "felog": felog,
+        "-FeeST": felog.replace(method="deepwalk"),
+        "-FaBC": felog.replace(compress=None),
+        "-HaSyn": felog.replace(sync=None),
+        "-RiPP": felog.replace(pipeline=PipelineConfig("sequential", lag=1)),
+    }
+
+
+def _row(name, res, dim):
+    sent = sum(r.walk_bytes_sent if r.walk_bytes_sent else 4 * r.tokens for r in res.rounds)
+    return {
+        "method": name,
+        **res.summary(),
+        "bytes_host_to_device": sent,
+        "bytes_raw": 4 * res.tokens,
+        "bytes_sync": sync_bytes(sum(r.sync_rows for r in res.rounds), dim),
+        "busy_host": busy_fractions(res.trace, HOST_OPS),
+        "busy_device": busy_fractions(res.trace, DEVICE_OPS),
+        "active_per_round": [r.active for r in res.rounds],
+        "seconds_per_op": {
+            op: sum(s.end - s.start for s in res.trace if s.op == op)
+            for op in sorted({s.op for s in res.trace})
+        },
+    }
+
+
+def run_dataset(name, args, mesh, rounds, results, traces):
+    g = load_dataset(name)
+    split = None
+    train = g
+    if name == "ca-astroph":
+        split = ev.link_prediction_split(g, 0.5, seed=args.seed)
+        train = split.train_graph
+    print(f"\n== {name} ({g.num_nodes} nodes, {g.num_edges // 2} edges), {rounds} rounds")
+    rows = []
+    configs = variants(args)
+    # Warm-up: numba kernels, the decode kernel and the planned syncs compile on first use.
+    for warm in ("felog", "-FaBC"):
+        embed(train, configs[warm].replace(rounds=1), mesh)
+    for row_name, cfg in configs.items():
+        res = embed(train, cfg.replace(rounds=rounds), mesh)
+        row = _row(row_name, res, cfg.sgns.dim)
+        if split is not None:
+            row["auc"] = ev.link_prediction_auc(split, res.syn0, "dot")
+        else:
+            nc = ev.node_classification(
+                res.syn0, g.labels, train_ratios=(0.5,), shuffles=args.shuffles, seed=args.seed
+            )
+            row["micro_f1"], row["macro_f1"] = nc[0.5]["micro"]["mean"], nc[0.5]["macro"]["mean"]
+        rows.append(row)
+        traces[(name, row_name)] = res.trace
+        print(_line(row, rows[0]["seconds"]), flush=True)
+    results[name] = rows
+
+
+def _line(row, base_seconds):
+    quality = (
+        f"AUC {row['auc']:.3f}"
+        if "auc" in row
+        else f"F1 {row['micro_f1']:.3f}/{row['macro_f1']:.3f}"
+    )
+    return (
+        f"{row['method']:<9} {row['rounds']:>3} rounds {row['seconds']:>7.1f}s "
+        f"{base_seconds / row['seconds']:>5.2f}x  h->d {row['bytes_host_to_device'] / 1e6:>7.1f}MB "
+        f"(raw {row['bytes_raw'] / 1e6:.1f})  sync {row['bytes_sync'] / 1e6:>8.1f}MB  "
+        f"busy host {row['busy_host']:.2f} trainer {row['busy_device']:.2f}  {quality}"
+    )
+
+
+def markdown(results) -> str:
+    lines = ["# FeLoG system table", ""]
+    for name in ("blogcatalog", "ca-astroph"):
+        if name not in results:
+            continue
+        rows = results[name]
+        base = rows[0]["seconds"]
+        metric = "AUC (dot)" if name == "ca-astroph" else "Micro/Macro-F1 @50%"
+        lines += [
+            f"## {name}",
+            "",
+            f"| method | rounds | time s | speed-up | tokens | host->device MB (raw) "
+            f"| sync MB | busy host | busy trainer | {metric} |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            q = f"{r['auc']:.3f}" if "auc" in r else f"{r['micro_f1']:.3f}/{r['macro_f1']:.3f}"
+            lines.append(
+                f"| {r['method']} | {r['rounds']} | {r['seconds']:.1f} | "
+                f"{base / r['seconds']:.2f}x | {r['tokens']:,} | "
+                f"{r['bytes_host_to_device'] / 1e6:.1f} ({r['bytes_raw'] / 1e6:.1f}) | "
+                f"{r['bytes_sync'] / 1e6:.1f} | {r['busy_host']:.2f} | {r['busy_device']:.2f} "
+                f"| {q} |"
+            )
+        lines.append("")
+    lines.append(f"Settings: `{results['args']}`")
+    return "\n".join(lines) + "\n"
+
+
+def plot(traces, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [
+        (k, v) for k, v in traces.items() if k[0] == "blogcatalog" and k[1] in ("felog", "-RiPP")
+    ]
+    if not shown:
+        return
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7, 2.2 * len(shown)), sharex=True)
+    for ax, ((_, name), trace) in zip(np.atleast_1d(axes), shown, strict=True):
+        for ops, label in ((HOST_OPS, "host stages"), (DEVICE_OPS, "trainer")):
+            edges, frac = busy_fractions(trace, ops, bins=60)
+            ax.step(edges[:-1], frac, where="post", label=label)
+        ax.set_ylabel("busy")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"BlogCatalog, {name}", fontsize=9)
+        ax.legend(loc="upper right", fontsize=8)
+    np.atleast_1d(axes)[-1].set_xlabel("seconds since the first round")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap)
+    ap.add_argument("--parts", type=int, default=2, help="data-parallel replicas")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip", nargs="*", default=[], help="blogcatalog, astroph")
+    ap.add_argument("--out", default="experiments/results")
+    ap.add_argument("--quick", action="store_true", help="3/2 rounds, walks of 10, dim 32")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.lp_rounds, args.walk_length, args.dim = 3, 2, 10, 32
+        args.shuffles = 1
+    mesh = make_mesh(args.parts)
+    results = {"args": vars(args)}
+    traces = {}
+    t0 = time.perf_counter()
+    if "blogcatalog" not in args.skip:
+        run_dataset("blogcatalog", args, mesh, args.rounds, results, traces)
+    if "astroph" not in args.skip:
+        run_dataset("ca-astroph", args, mesh, args.lp_rounds, results, traces)
+    results["seconds_total"] = time.perf_counter() - t0
+    out = Path(args.out)
+    stem = "felog_table_quick" if args.quick else "felog_table"
+    save_json(out / f"{stem}.json", results)
+    atomic_write_bytes(out / f"{stem}.md", markdown(results).encode())
+    plot(traces, out / f"{stem.replace('table', 'utilization')}.png")
+    print(f"\ntotal {results['seconds_total']:.0f}s; results in {out}/{stem}.*")
+
+
+if __name__ == "__main__":
+    main()
