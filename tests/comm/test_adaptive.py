@@ -27,9 +27,10 @@ from jaxgraph.comm.strategy import GraphShard
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train import OptimConfig, TrainConfig, Trainer, make_optimizer, train
+from jaxgraph.train import TrainConfig, train
 
 from graph_cases import directed, random_graph
+from harness import setup_training
 
 GRAPH = random_graph(n=120, avg_deg=6, seed=5)
 
@@ -148,19 +149,8 @@ def _adaptive_trainer(num_parts):
     plan = _plan(GRAPH, num_parts)
     strategy = Adaptive(AssignConfig(), period=2)
     model = make_model("gcn", hidden=8, out_dim=GRAPH.num_classes, dropout=0.0)
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        strategy,
-        make_mesh(num_parts),
-        num_train=int(GRAPH.train_mask.sum()),
-    )
-    dims = model.layer_input_dims(GRAPH.num_features)
-    shards = trainer.place_shards(GraphShard.from_plan(GRAPH, plan))
-    state = trainer.create_state(
-        jax.random.key(1), GRAPH.num_features, strategy.init_state(plan, dims)
-    )
-    return plan, strategy, trainer, shards, state, dims
+    trainer, shards, state = setup_training(GRAPH, plan, strategy, model, num_parts, seed=1)
+    return plan, strategy, trainer, shards, state, model.layer_input_dims(GRAPH.num_features)
 
 
 def test_step_traces_forward_rows_and_backward_gradient_rows():

@@ -1,7 +1,6 @@
 """RiPP: the pipelined schedules against the sequential one, stop propagation, checkpoints."""
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -29,6 +28,8 @@ from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync
 from jaxgraph.embed.walks import WalkConfig
 from jaxgraph.mesh import make_mesh
+
+from harness import kill_when
 
 GRAPH = dc_sbm(300, 5, 10.0, num_features=0, homophily=0.8, seed=0)
 # The trainer shapes of test_skipgram.py / test_embed_run.py, to reuse their compilations.
@@ -205,7 +206,7 @@ def test_killed_run_resumes_to_identical_embeddings(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time
         os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]
         from test_pipeline import GRAPH, _config
         from jaxgraph.embed.feedback import FeedbackConfig
         from jaxgraph.embed.run import embed
@@ -215,17 +216,11 @@ def test_killed_run_resumes_to_identical_embeddings(tmp_path):
         embed(GRAPH, cfg, make_mesh(2), checkpoint_dir={str(killed)!r}, log=slow)
     """)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (killed / "state_000002.ckpt").exists():
-            if proc.poll() is not None:
-                pytest.fail(f"embedding subprocess exited early with {proc.returncode}")
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    kill_when(
+        subprocess.Popen([sys.executable, "-c", script], env=env),
+        (killed / "state_000002.ckpt").exists,
+        what="embedding",
+    )
     done = max(int(p.stem.split("_")[1]) for p in killed.glob("state_*.ckpt"))
     total = max(rounds, done + 3)
     cfg = _config("deterministic", rounds=total, feedback=FeedbackConfig(mu=2.0))

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from jaxgraph.comm.pipegcn import PipeGCN, make_pipegcn
-from jaxgraph.comm.strategy import GraphShard, Vanilla
-from jaxgraph.mesh import make_mesh
+from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train import OptimConfig, Trainer, make_optimizer, make_strategy
+from jaxgraph.train import make_strategy
 
 from dense_stale import halo_gradient, stale_gcn
 from graph_cases import random_graph
+from harness import setup_training
 
 RTOL = ATOL = 1e-5  # fp32 policy
 GRAPH = random_graph(n=60, avg_deg=5, seed=5)
@@ -24,16 +24,7 @@ def _setup(strategy, num_parts, *, dropout=0.0):
     parts = partition_graph(GRAPH, num_parts, method="metis", seed=0)
     plan = build_halo_plan(GRAPH, parts, num_parts=num_parts)
     model = make_model("gcn", hidden=HIDDEN, out_dim=GRAPH.num_classes, dropout=dropout)
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        strategy,
-        make_mesh(num_parts),
-        num_train=int(GRAPH.train_mask.sum()),
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(GRAPH, plan))
-    comm = strategy.init_state(plan, model.layer_input_dims(GRAPH.num_features))
-    state = trainer.create_state(jax.random.key(3), GRAPH.num_features, comm)
+    trainer, shards, state = setup_training(GRAPH, plan, strategy, model, num_parts, seed=3)
     return parts, plan, trainer, shards, state
 
 

@@ -40,6 +40,7 @@ from jaxgraph.train.checkpoint import read_leaves
 
 from dense_stale import halo_gradient, stale_gcn
 from graph_cases import ALL_CASES, random_graph
+from harness import setup_training
 
 RTOL = ATOL = 1e-5  # fp32 policy
 GRAPH = random_graph(n=100, avg_deg=6, seed=7)
@@ -52,17 +53,7 @@ def _setup(strategy, graph, num_parts, *, model_name="gcn", pad_multiple=1, drop
     model = make_model(
         model_name, hidden=HIDDEN, out_dim=graph.num_classes, num_layers=2, dropout=dropout
     )
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        strategy,
-        make_mesh(num_parts),
-        num_train=int(graph.train_mask.sum()),
-        **kw,
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    comm = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
-    state = trainer.create_state(jax.random.key(42), graph.num_features, comm)
+    trainer, shards, state = setup_training(graph, plan, strategy, model, num_parts, seed=42, **kw)
     return plan, trainer, shards, state
 
 

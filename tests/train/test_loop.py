@@ -1,12 +1,9 @@
 """The training loop: metrics, best-validation bookkeeping, checkpoints, resume, errors."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import jax
@@ -23,6 +20,7 @@ from jaxgraph.train.checkpoint import (
 )
 
 from graph_cases import random_graph
+from harness import kill_when
 
 GRAPH = random_graph(n=150, avg_deg=6, seed=11)
 
@@ -85,20 +83,12 @@ def test_killed_process_resumes_exactly(tmp_path):
                           workdir={str(killed)!r})
         train(cfg, graph=random_graph(n=150, avg_deg=6, seed=11))
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            metrics = killed / "metrics.jsonl"
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"training subprocess exited early with {proc.returncode}")
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    metrics = killed / "metrics.jsonl"
+    kill_when(
+        subprocess.Popen([sys.executable, "-c", script]),
+        lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5,
+        what="training",
+    )
     # On a loaded machine the kill may land later than planned: train a few epochs past the
     # last checkpoint, whatever it is, so that the resumed run always has epochs to redo.
     last = latest_checkpoint(killed / "checkpoints")
