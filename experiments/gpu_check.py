@@ -86,7 +86,7 @@ def check_quantize(report: dict, gpu: bool) -> bool:
                     "copy_GBps": 2 * x.nbytes / copy / 1e9,
                 }
                 if not (same and same_device):
-                    report[name]["diagnosis"] = _diagnose(x, bits, key, ref, got, host, n)
+                    report[name]["diagnosis"] = _diagnose(bits, ref, got, host, n)
                 ok &= same
             except Exception as e:  # report every kernel, fail at the end
                 report[name] = {"error": f"{type(e).__name__}: {e}"}
@@ -105,7 +105,7 @@ def _host_reference(x, bits, key) -> list[np.ndarray]:
     return [np.asarray(a) for a in fn(jax.device_put(x, cpu))]
 
 
-def _diagnose(x, bits, key, ref, got, host, n) -> dict:
+def _diagnose(bits, ref, got, host, n) -> dict:
     """Where a kernel's packets differ from the reference's: per output, against the
     reference on this device and on the host CPU."""
     from pallas_kernels.quantize import unpack_codes

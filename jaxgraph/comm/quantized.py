@@ -249,15 +249,15 @@ def _exchange_rounds(rows_of_round, buckets, round_rows, key, axis_name, num_par
             counts = [span[0] for span in layout[w] if span is not None]
             padded = [-(-c // k) * k for c in counts]
             packed = jnp.concatenate([g[0] for g in got], axis=0)
-            scale = jnp.concatenate(
-                [_pad_rows(g[1][:, None], p)[:, 0] for g, p in zip(got, padded, strict=True)]
-            )
-            lo = jnp.concatenate(
-                [_pad_rows(g[2][:, None], p)[:, 0] for g, p in zip(got, padded, strict=True)]
+            scale, lo = (
+                jnp.concatenate(
+                    [jnp.pad(g[i], (0, p - c)) for g, p, c in zip(got, padded, counts, strict=True)]
+                )
+                for i in (1, 2)
             )
             x = dequantize(packed, scale, lo, w, sum(padded))
-            offsets = np.cumsum([0, *padded])
-            rows = [x[o : o + c] for o, c in zip(offsets, counts, strict=False)]
+            offsets = np.cumsum([0, *padded[:-1]])
+            rows = [x[o : o + c] for o, c in zip(offsets, counts, strict=True)]
         it = iter(rows)
         arrived[w] = [next(it) if span is not None else None for span in layout[w]]
     out = []
