@@ -355,8 +355,9 @@ class Adaptive(Quantized):
             key=key,
             probe=probe,
         )
+        v = row_range_variance(h_local)  # per local row, then per sent slot
         traced = tuple(
-            t + row_range_variance(jnp.take(h_local, idx, axis=0))
+            t + jnp.take(v, idx)
             for t, idx in zip(comm_state["trace"]["fwd"][layer], shard.send_idx, strict=True)
         )
         fwd = _replace(comm_state["trace"]["fwd"], layer, traced)

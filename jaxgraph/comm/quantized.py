@@ -12,12 +12,15 @@ forward sender ``d`` and the slot: ``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]
 **Buckets.** Per layer, direction, round and bit-width the slots of that width form one bucket,
 in ascending slot order (the wire order of the reference implementation: buckets by ascending
 width, rows in send-list order). A bucket travels as its packed codes and its fp32
-``(scale, lo)`` parameters; one ``ppermute`` per round carries all the round's buckets, and each
-width is quantized once for all rounds (see :func:`_exchange_rounds`). ``ppermute`` needs the
-same shape on every device, so each bucket is padded to its largest size over the senders of that
-round. The bucket indices live in
-``comm_state`` (leading axis ``P``), so their shapes are part of the step's signature: a new
-assignment with new bucket sizes re-jits the step, and compiled steps are cached by shape.
+``(scale, lo)`` parameters. ``ppermute`` needs the same shape on every device, so each bucket is
+padded to its largest size over the senders of that round.
+
+**Layout.** Per layer and direction an :class:`ExchangeLayout` in ``comm_state`` (leading axis
+``P``) holds, per width, the rows every device gathers for all rounds at once, and where the
+received rows go. Each width is gathered and quantized once, each round's buckets travel as one
+byte buffer (one ``ppermute`` per round), and one gather places the received rows in the halo
+(see :func:`_exchange`). The bucket sizes are static fields of the layout, so a new assignment
+with new bucket sizes re-jits the step; compiled steps are cached by structure and shape.
 
 **Backward.** A ``custom_vjp`` sends the halo-row gradients back along the reversed ring, each
 bucket quantized with its backward width, and scatter-adds them into the sender's rows. The
@@ -111,13 +114,14 @@ def _check_width(bits: int) -> None:
 
 
 def _round_buckets(bits: np.ndarray, mask: np.ndarray, r: int, backward: bool) -> dict:
-    """Bucket indices of one round, one direction.
+    """Bucket slots of one round, one direction (host side).
 
-    Returns ``{f"b{w}": {"send": int32[P, C], "recv": int32[P, C]}}`` for each width ``w``
-    present: ``send[d]`` are the slots the device sends (pad: 0), ``recv[d]`` the slots the
-    received rows fill (pad: ``S_r``, a dump slot past the end).
+    Returns ``{w: {"send": int32[P, C], "recv": int32[P, C]}}`` for each width ``w`` present,
+    in ascending order: ``send[d]`` are the slots device ``d`` sends, ``recv[d]`` the slots the
+    rows it receives fill, both ``-1`` past the device's own count (``C`` is the largest count
+    over the senders: ``ppermute`` moves the same shape everywhere).
     """
-    num_parts, num_slots = bits.shape
+    num_parts = bits.shape[0]
     out = {}
     for w in WIDTHS:
         sel = (bits == w) & mask  # [P, S_r], indexed by the forward sender
@@ -133,25 +137,125 @@ def _round_buckets(bits: np.ndarray, mask: np.ndarray, r: int, backward: bool) -
         send, recv = (
             (np.roll(slots, r, axis=0), slots) if backward else (slots, np.roll(slots, r, axis=0))
         )
-        out[f"b{w}"] = {
-            "send": np.where(send < 0, 0, send).astype(np.int32),
-            "recv": np.where(recv < 0, num_slots, recv).astype(np.int32),
-        }
+        out[w] = {"send": send, "recv": recv}
     return out
 
 
-def bucket_state(plan: HaloPlan, assignment: BitAssignment) -> dict:
-    """The device-side bucket indices of ``assignment`` (leaves ``int32[P, C]``)."""
-    state = {}
+def round_buckets(plan: HaloPlan, assignment: BitAssignment) -> dict:
+    """Host-side buckets: ``{"fwd"|"bwd": per layer, per round, {width: {"send", "recv"}}}``
+    (see :func:`_round_buckets`); the wire order within a round is ascending width."""
+    out = {}
     for name, direction in (("fwd", assignment.fwd), ("bwd", assignment.bwd)):
-        state[name] = tuple(
+        out[name] = tuple(
             tuple(
                 _round_buckets(np.asarray(bits), mask, r, backward=name == "bwd")
                 for r, (bits, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1)
             )
             for rounds in direction
         )
-    return state
+    return out
+
+
+_PAD = np.iinfo(np.int32).max  # an index past every array: gathers fill 0, scatters drop
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangeLayout:
+    """Device-side index arrays of one quantized exchange (one layer, one direction).
+
+    The rows of each width, from all rounds, are gathered into one block and quantized once;
+    within the block, round ``r``'s bucket of ``C`` rows is padded to a multiple of
+    ``k = 8 / b`` so that no byte mixes two rounds. The receiver dequantizes each width's block
+    and concatenates the widths in ascending order: ``M`` rows in all.
+
+    Attributes:
+      rows: ``{"b{w}": int32[P, N_w]}``: the rows each device gathers for width ``w`` (forward:
+        local rows; backward: halo rows of the gradient), round by round; padding is ``_PAD``.
+      place: forward ``int32[P, H]``: for each halo slot, its row among the ``M`` received
+        rows (``_PAD`` for slots that hold no row). Backward ``int32[P, M]``: for each received
+        gradient row, the local row it adds into (``_PAD``: padding, dropped).
+      counts: static: per round, ``((w, C), ...)``, the widths present and their bucket sizes.
+      round_rows: static: ``(S_1, ..., S_{P-1})``.
+
+    ``counts`` is part of the pytree structure, so a new assignment with new bucket sizes
+    compiles a new step, and compiled steps are cached by structure and shapes.
+    """
+
+    rows: dict
+    place: np.ndarray
+    counts: tuple
+    round_rows: tuple
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(sorted({w for rc in self.counts for w, _ in rc}))
+
+
+jax.tree_util.register_dataclass(
+    ExchangeLayout, data_fields=["rows", "place"], meta_fields=["counts", "round_rows"]
+)
+
+
+def _codes_per_row_block(w: int) -> int:
+    return 8 // w if w < 32 else 1
+
+
+def _block_offsets(counts: tuple, w: int) -> list[int | None]:
+    """Start of each round's bucket of width ``w`` in that width's block (None: absent)."""
+    k = _codes_per_row_block(w)
+    out, pos = [], 0
+    for rc in counts:
+        c = dict(rc).get(w)
+        out.append(None if c is None else pos)
+        pos += 0 if c is None else -(-c // k) * k
+    return out + [pos]
+
+
+def _layout(plan: HaloPlan, buckets: tuple, backward: bool) -> ExchangeLayout:
+    """The :class:`ExchangeLayout` of one layer's buckets (``round_buckets(...)[dir][layer]``)."""
+    num_parts = plan.num_parts
+    counts = tuple(tuple((w, b["send"].shape[1]) for w, b in rb.items()) for rb in buckets)
+    halo_off = plan.halo_offsets()
+    widths = sorted({w for rc in counts for w, _ in rc})
+    offsets = {w: _block_offsets(counts, w) for w in widths}
+    base, total = {}, 0  # start of each width's rows among the M received rows
+    for w in widths:
+        base[w], total = total, total + offsets[w][-1]
+    rows = {w: np.full((num_parts, offsets[w][-1]), _PAD, np.int32) for w in widths}
+    place = np.full((num_parts, total if backward else plan.num_halo_rows), _PAD, np.int32)
+    for r, rb in enumerate(buckets):
+        send_idx = plan.send_idx[r]  # [P, S_r] local rows of the forward sender
+        for w, b in rb.items():
+            start = offsets[w][r]
+            for d in range(num_parts):
+                send, recv = b["send"][d], b["recv"][d]
+                real = np.flatnonzero(send >= 0)
+                if backward:  # d sends the gradient rows of halo slots it received in round r
+                    rows[w][d, start + real] = halo_off[r] + send[real]
+                else:
+                    rows[w][d, start + real] = send_idx[d, send[real]]
+                real = np.flatnonzero(recv >= 0)
+                pos = base[w] + start + real
+                if backward:  # the gradient rows of d's own forward slots come back
+                    place[d, pos] = send_idx[d, recv[real]]
+                else:
+                    place[d, halo_off[r] + recv[real]] = pos
+    return ExchangeLayout(
+        rows={f"b{w}": a for w, a in rows.items()},
+        place=place,
+        counts=counts,
+        round_rows=tuple(plan.round_rows),
+    )
+
+
+def bucket_state(plan: HaloPlan, assignment: BitAssignment) -> dict:
+    """The device-side layout of ``assignment``: ``{"fwd"|"bwd": per layer ExchangeLayout}``
+    (leaves ``int32[P, ...]``)."""
+    buckets = round_buckets(plan, assignment)
+    return {
+        name: tuple(_layout(plan, layer, backward=name == "bwd") for layer in buckets[name])
+        for name in ("fwd", "bwd")
+    }
 
 
 def wire_bytes(rows: int, dim: int, bits: int) -> int:
@@ -162,22 +266,26 @@ def wire_bytes(rows: int, dim: int, bits: int) -> int:
     return -(-rows // per_byte) * dim + 2 * rows * 4  # packed codes + fp32 (scale, lo)
 
 
+def layout_bytes(layout: ExchangeLayout, dim: int) -> int:
+    """Bytes one device sends in one exchange with ``layout`` (padded buckets)."""
+    return sum(wire_bytes(c, dim, w) for rc in layout.counts for w, c in rc)
+
+
 def byte_report(plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int]) -> dict:
     """Static bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded buckets,
     what the collectives carry) and ``useful`` (real rows only). Layer 0 has no backward."""
-    state = bucket_state(plan, assignment)
+    buckets = round_buckets(plan, assignment)
     p = plan.num_parts
     out = {}
     for name in ("fwd", "bwd"):
-        for layer, rounds in enumerate(state[name]):
+        for layer, rounds in enumerate(buckets[name]):
             if name == "bwd" and layer == 0:
                 continue
             moved = useful = 0
-            for r, buckets in enumerate(rounds):
-                for key, idx in buckets.items():
-                    w = int(key[1:])
-                    moved += p * wire_bytes(idx["send"].shape[1], layer_dims[layer], w)
-                    real = (idx["recv"] < plan.round_rows[r]).sum(axis=1)
+            for rb in rounds:
+                for w, b in rb.items():
+                    moved += p * wire_bytes(b["send"].shape[1], layer_dims[layer], w)
+                    real = (b["recv"] >= 0).sum(axis=1)
                     useful += sum(wire_bytes(int(c), layer_dims[layer], w) for c in real)
             out[f"{name}{layer}"] = {"moved": moved, "useful": useful}
     return out
@@ -186,89 +294,94 @@ def byte_report(plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[
 # ---------------------------------------------------------------------- device: exchange
 
 
-def _pad_rows(x: jax.Array, rows: int) -> jax.Array:
-    return jnp.pad(x, ((0, rows - x.shape[0]), (0, 0))) if rows > x.shape[0] else x
+def _as_bytes(x: jax.Array) -> jax.Array:
+    """``[N, ...]`` -> ``uint8[N, ...(, itemsize)]``: the bytes of each element, last."""
+    return x if x.dtype == jnp.uint8 else jax.lax.bitcast_convert_type(x, jnp.uint8)
 
 
-def _exchange_rounds(rows_of_round, buckets, round_rows, key, axis_name, num_parts, reverse):
-    """Per round: the dequantized rows delivered into that round's slots, ``[S_r, D]`` each.
+def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse):
+    """The rows of ``layout`` gathered from ``source``, quantized, sent around the ring and
+    dequantized: ``f32[M, D]``, the received rows of all widths (ascending) and rounds.
 
-    Each width is quantized once for all rounds: the buckets of that width, each padded with
-    zero rows to a multiple of ``k = 8 / b`` rows so that no byte mixes two rounds, are
-    concatenated and quantized with one key; round ``r``'s slice of the packed codes and its
-    ``(scale, lo)`` go to ``d ± r`` (one ``ppermute`` per round carries all its widths); the
-    receiver concatenates what it got in round order and dequantizes once per width. Pad rows
-    are constant rows (code 0, no parameters on the wire), dropped on arrival. One quantize and
-    one dequantize per width, instead of one per round and width, keeps the compiled step small.
+    Each width is gathered and quantized once for all rounds (key ``fold_in(key, w)``). Round
+    ``r`` sends its slice of every width -- the packed codes, then ``(scale, lo)`` of each of
+    its ``C`` bucket rows in fp32 (fp32 rows at 32 bits) -- as one byte buffer to ``d ± r``: one
+    ``ppermute`` per round. Pad rows are zero rows (code 0, no parameters on the wire); their
+    received rows are dropped by the placement. Few, large operations keep the compiled step
+    small: its compile time grows with the number of kernels.
     """
-    widths = sorted({int(n[1:]) for rb in buckets for n in rb})
-    sends = [dict() for _ in buckets]  # per round: width -> payload sent in that round
-    layout = {}  # width -> per round: (rows C, packed rows) of that round's slice, or None
-    for w in widths:
-        k = 8 // w if w < 32 else 1
-        pieces, spans = [], []
-        for rows, rb in zip(rows_of_round, buckets, strict=True):
-            name = f"b{w}"
-            if name not in rb:
-                spans.append(None)
-                continue
-            x = jnp.take(rows, rb[name]["send"], axis=0)  # [C, D]
-            c = x.shape[0]
-            pieces.append(_pad_rows(x, -(-c // k) * k))
-            spans.append((c, -(-c // k)))
-        layout[w] = spans
-        x = jnp.concatenate(pieces, axis=0)
+    dim = source.shape[-1]
+    counts = layout.counts
+    if not layout.widths:  # no rounds (P = 1)
+        return jnp.zeros((0, dim), source.dtype)
+    sent = [[] for _ in counts]  # per round: byte pieces, widths ascending
+    for w in layout.widths:
+        k = _codes_per_row_block(w)
+        offsets = _block_offsets(counts, w)
+        x = jnp.take(source, layout.rows[f"b{w}"], axis=0, mode="fill", fill_value=0)
         if w == 32:
-            packed = x
+            data, params = _as_bytes(x.astype(jnp.float32)), None  # [N, D, 4]
         else:
             packed, scale, lo = quantize(x, w, jax.random.fold_in(key, w))
-        prow = row = 0
-        for i, span in enumerate(spans):
-            if span is None:
+            data = _computed_once(packed, key)  # [N / k, D]
+            params = _as_bytes(jnp.stack([scale, lo], axis=1).astype(jnp.float32))  # [N, 2, 4]
+        for r, rc in enumerate(counts):
+            c = dict(rc).get(w)
+            if c is None:
                 continue
-            c, pr = span
-            if w == 32:
-                sends[i][w] = (packed[row : row + c],)
-            else:
-                sends[i][w] = (packed[prow : prow + pr], scale[row : row + c], lo[row : row + c])
-            prow += pr
-            row += pr * k
+            start = offsets[r] // k
+            sent[r].append(data[start : start + -(-c // k)].reshape(-1))
+            if params is not None:
+                sent[r].append(params[offsets[r] : offsets[r] + c].reshape(-1))
     received = [
-        jax.lax.ppermute(payload, axis_name, ring_perm(num_parts, -r if reverse else r))
-        if payload
-        else {}
-        for r, payload in enumerate(sends, 1)
+        jax.lax.ppermute(
+            jnp.concatenate(pieces), axis_name, ring_perm(num_parts, -r if reverse else r)
+        )
+        if pieces
+        else None
+        for r, pieces in enumerate(sent, 1)
     ]
-    arrived = {}  # width -> per round: [C, D] dequantized rows
-    for w in widths:
-        got = [received[i][w] for i, span in enumerate(layout[w]) if span is not None]
+    blocks = []
+    for w in layout.widths:
+        k = _codes_per_row_block(w)
+        row_bytes = 4 * dim if w == 32 else dim  # bytes per packed row
+        data, params = [], []
+        for r, rc in enumerate(counts):
+            c = dict(rc).get(w)
+            if c is None:
+                continue
+            pos = sum(wire_bytes(cc, dim, ww) for ww, cc in rc if ww < w)  # earlier widths
+            nb = -(-c // k) * row_bytes
+            data.append(received[r][pos : pos + nb])
+            if w < 32:
+                params.append(received[r][pos + nb : pos + nb + 8 * c])
+                params.append(jnp.zeros((8 * (-(-c // k) * k - c),), jnp.uint8))
+        n = _block_offsets(counts, w)[-1]
+        data = jnp.concatenate(data)
         if w == 32:
-            rows = [g[0] for g in got]
+            rows = jax.lax.bitcast_convert_type(data.reshape(n, dim, 4), jnp.float32)
         else:
-            k = 8 // w
-            counts = [span[0] for span in layout[w] if span is not None]
-            padded = [-(-c // k) * k for c in counts]
-            packed = jnp.concatenate([g[0] for g in got], axis=0)
-            scale, lo = (
-                jnp.concatenate(
-                    [jnp.pad(g[i], (0, p - c)) for g, p, c in zip(got, padded, counts, strict=True)]
-                )
-                for i in (1, 2)
+            params = jax.lax.bitcast_convert_type(
+                jnp.concatenate(params).reshape(n, 2, 4), jnp.float32
             )
-            x = dequantize(packed, scale, lo, w, sum(padded))
-            offsets = np.cumsum([0, *padded[:-1]])
-            rows = [x[o : o + c] for o, c in zip(offsets, counts, strict=True)]
-        it = iter(rows)
-        arrived[w] = [next(it) if span is not None else None for span in layout[w]]
-    out = []
-    for i, (rb, s_r) in enumerate(zip(buckets, round_rows, strict=True)):
-        dim = rows_of_round[i].shape[-1]
-        block = jnp.zeros((s_r + 1, dim), rows_of_round[i].dtype)  # slot S_r: dump for padding
-        for w in widths:
-            if arrived[w][i] is not None:
-                block = block.at[rb[f"b{w}"]["recv"]].set(arrived[w][i])
-        out.append(block[:s_r])
-    return out
+            rows = dequantize(data.reshape(n // k, dim), params[:, 0], params[:, 1], w, n)
+        blocks.append(rows.astype(source.dtype))
+    return jnp.concatenate(blocks)
+
+
+def _computed_once(packed: jax.Array, key: jax.Array) -> jax.Array:
+    """``packed`` unchanged, but materialized once before it is sliced into rounds.
+
+    XLA's fusion duplicates a chain of cheap elementwise producers into every consumer, so
+    without this each round's slice of the codes would recompute the whole quantization
+    (the Threefry hash included): one copy per round in the compiled program, multiplying its
+    compile time (at 8 bits, where packing has no reduction to stop the chain). An integer
+    division by a runtime value counts as expensive in that heuristic, so dividing by a one
+    that XLA cannot prove constant (``k // k`` of the key's data, ``k`` odd) stops the
+    duplication, at the price of one integer division per byte.
+    """
+    word = jax.random.key_data(key).reshape(-1)[0] | np.uint32(1)
+    return packed // (word // word).astype(packed.dtype)
 
 
 def _like_varying(x: jax.Array, like: jax.Array) -> jax.Array:
@@ -289,17 +402,14 @@ def row_range_variance(rows: jax.Array) -> jax.Array:
     return (rows.shape[-1] / 6.0) * spread * spread
 
 
-def quantized_ring_exchange(
-    h_local, send_idx, fwd_buckets, bwd_buckets, key, *, axis_name, num_parts, probe=None
-):
+def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, probe=None):
     """Ring halo exchange with quantized messages in both passes.
 
     Args:
       h_local: ``f32[Nl, D]`` this device's rows.
-      send_idx: per round, ``int32[S_r]`` local rows sent in that round.
-      fwd_buckets, bwd_buckets: this device's bucket indices per round (from
+      fwd, bwd: this device's :class:`ExchangeLayout` of each direction (from
         :func:`bucket_state`, leading axis removed).
-      key: PRNG key of this device, step and layer; directions, rounds and widths fold it.
+      key: PRNG key of this device, step and layer; directions and widths fold it.
       probe: optional per round ``f32[S_r]`` (its value is ignored). Its cotangent is the
         :func:`row_range_variance` of the gradient rows this device sends back in the
         backward pass, slot by slot (indexed as the rows it received in that round): the
@@ -308,17 +418,14 @@ def quantized_ring_exchange(
     Returns:
       ``f32[H, D]``: the dequantized halo rows in the plan's halo layout.
     """
-    round_rows = tuple(int(i.shape[0]) for i in send_idx)
     shape, dtype = h_local.shape, h_local.dtype
+    offsets = np.cumsum((0,) + tuple(fwd.round_rows))
 
     def forward(h_local, aux):
-        send_idx, fwd_buckets, _, key_data = aux
+        fwd, _, key_data = aux
         fkey = jax.random.fold_in(jax.random.wrap_key_data(key_data), 0)
-        rows = [jnp.take(h_local, idx, axis=0) for idx in send_idx]
-        blocks = _exchange_rounds(
-            rows, fwd_buckets, round_rows, fkey, axis_name, num_parts, reverse=False
-        )
-        return jnp.concatenate(blocks, axis=0) if blocks else h_local[:0]
+        rows = _exchange(h_local, fwd, fkey, axis_name, num_parts, reverse=False)
+        return jnp.take(rows, fwd.place, axis=0, mode="fill", fill_value=0)
 
     # Index arrays and the key are explicit (non-differentiated) arguments rather than closed
     # over, so the exchange can be differentiated from outside an enclosing jit/shard_map.
@@ -330,22 +437,20 @@ def quantized_ring_exchange(
         return forward(h_local, aux), aux
 
     def exchange_bwd(aux, g_halo):
-        send_idx, _, bwd_buckets, key_data = aux
+        _, bwd, key_data = aux
         bkey = jax.random.fold_in(jax.random.wrap_key_data(key_data), 1)
-        offsets = np.cumsum((0,) + round_rows)
-        g_rows = [g_halo[offsets[i] : offsets[i + 1]] for i in range(len(round_rows))]
-        back = _exchange_rounds(
-            g_rows, bwd_buckets, round_rows, bkey, axis_name, num_parts, reverse=True
-        )
+        rows = _exchange(g_halo, bwd, bkey, axis_name, num_parts, reverse=True)
         # Typed like the primal input: varying over the mesh axis even with no rounds (P = 1).
         g = _like_varying(jnp.zeros(shape, dtype), g_halo)
-        for idx, rows in zip(send_idx, back, strict=True):
-            g = g.at[idx].add(rows)  # pad slots carry zero rows
-        probe_ct = None if probe is None else tuple(row_range_variance(r) for r in g_rows)
+        g = g.at[bwd.place].add(rows, mode="drop")  # padding rows point past the end
+        probe_ct = None
+        if probe is not None:
+            v = row_range_variance(g_halo)
+            probe_ct = tuple(v[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
         return g, probe_ct, None
 
     exchange.defvjp(exchange_fwd, exchange_bwd)
-    aux = (tuple(send_idx), fwd_buckets, bwd_buckets, jax.random.key_data(key))
+    aux = (fwd, bwd, jax.random.key_data(key))
     return exchange(h_local, None if probe is None else tuple(probe), aux)
 
 
@@ -403,21 +508,8 @@ class Quantized(CommStrategy):
         fwd = comm_state["fwd"][layer]
         bwd = comm_state["bwd"][layer]
         h_remote = quantized_ring_exchange(
-            h_local,
-            shard.send_idx,
-            fwd,
-            bwd,
-            key,
-            axis_name=axis_name,
-            num_parts=num_parts,
-            probe=probe,
+            h_local, fwd, bwd, key, axis_name=axis_name, num_parts=num_parts, probe=probe
         )
         dim = h_local.shape[-1]
-        nbytes = sum(
-            wire_bytes(b["send"].shape[0], dim, int(k[1:])) for rb in fwd for k, b in rb.items()
-        )
-        if layer > 0:
-            nbytes += sum(
-                wire_bytes(b["send"].shape[0], dim, int(k[1:])) for rb in bwd for k, b in rb.items()
-            )
+        nbytes = layout_bytes(fwd, dim) + (layout_bytes(bwd, dim) if layer > 0 else 0)
         return h_remote, comm_state, jnp.float32(nbytes)
