@@ -55,6 +55,8 @@ from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.train import DataConfig, ModelConfig, OptimConfig, TrainConfig, train  # noqa: E402
 from jaxgraph.train.loop import assignment_period, load_graph  # noqa: E402
 
+from results_io import write_csv  # noqa: E402
+
 METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-random", "adaqp")
 PRESETS = PROJECTION_PRESETS
 
@@ -130,6 +132,7 @@ def run_one(cfg: TrainConfig, graph) -> dict:
         "lam": cfg.assign.lam,
         "group_size": cfg.assign.group_size,
         "period": assignment_period(cfg),
+        "lookahead": cfg.assign.lookahead if cfg.method == "adaqp" else 0,
         "test_acc": 100 * summary["test_at_best"],
         "bytes_per_epoch": summary["mean_bytes_per_epoch"],
         "median_epoch_time": summary["median_epoch_time"],
@@ -154,7 +157,7 @@ def _config_key(row: dict) -> tuple:
     """The settings that make one table row (everything but the seed)."""
     return tuple(
         row[f] for f in ("dataset", "model", "parts", "method", "lam", "group_size", "period")
-    )
+    ) + (row.get("lookahead", 0),)
 
 
 def markdown(rows: list[dict]) -> str:
@@ -164,10 +167,10 @@ def markdown(rows: list[dict]) -> str:
         if k not in keys:
             keys.append(k)
     lines = [
-        "| dataset | model | P | method | λ | group | period | test acc | bytes/epoch vs vanilla "
-        "| CPU epoch (s) | proj. comm 10GbE (ms) | proj. comm PCIe3 (ms) "
+        "| dataset | model | P | method | λ | group | period | seeds | test acc "
+        "| bytes/epoch vs vanilla | CPU epoch (s) | proj. comm 10GbE (ms) | proj. comm PCIe3 (ms) "
         "| assign overhead: solve / re-jit (% of wall) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k in keys:
         sel = [r for r in rows if _config_key(r) == k]
@@ -182,9 +185,10 @@ def markdown(rows: list[dict]) -> str:
             nbytes / statistics.mean(r["bytes_per_epoch"] for r in base) if base else float("nan")
         )
         adaptive = k[3] == "adaqp"
+        periodic = k[3] in ("adaqp", "quant-random")  # re-assigned (and re-jitted) per period
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4] if adaptive else ''} | "
-            f"{k[5] if adaptive else ''} | {k[6] if k[3] in ('adaqp', 'quant-random') else ''} | "
+            f"{k[5] if adaptive else ''} | {k[6] if periodic else ''} | {len(sel)} | "
             f"{acc:.1f} ± {std:.1f} | {ratio:.3f} | "
             f"{statistics.median(r['median_epoch_time'] for r in sel):.3f} | "
             f"{1e3 * statistics.mean(r['proj_10gbe'] for r in sel):.2f} | "
@@ -192,7 +196,7 @@ def markdown(rows: list[dict]) -> str:
             + (
                 f"{100 * statistics.mean(r['assign_solve_share'] for r in sel):.1f} / "
                 f"{100 * statistics.mean(r['assign_rejit_time'] / r['wall_time'] for r in sel):.1f}"
-                if adaptive
+                if periodic
                 else ""
             )
             + " |"
@@ -245,7 +249,21 @@ def main(argv=None) -> None:
         action="store_true",
         help="also vary λ, group size and period on the first configuration",
     )
+    p.add_argument(
+        "--lookahead",
+        type=int,
+        default=AssignConfig().lookahead,
+        help="adaqp: solve this many epochs before each boundary (the step compiles meanwhile)",
+    )
     p.add_argument("--out", type=Path, help="output prefix: <out>.csv, <out>.md, <out>.png")
+    p.add_argument(
+        "--from-csv",
+        type=Path,
+        nargs="+",
+        metavar="CSV",
+        help="train nothing: build the table and plot from these CSVs of earlier runs (a "
+        "run present in several files counts once, the last one read)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -256,7 +274,11 @@ def main(argv=None) -> None:
         args.datasets, args.models, args.parts, args.seeds = ["cora"], ["gcn"], [4], [0]
         args.methods, args.epochs = ["vanilla", "quant-4", "adaqp"], 20
 
-    base_assign = AssignConfig(lam=args.lam, group_size=args.group_size)
+    if args.from_csv:
+        rows = read_rows(args.from_csv)
+        write_outputs(rows, args, note=f"runs merged from {', '.join(map(str, args.from_csv))}")
+        return
+    base_assign = AssignConfig(lam=args.lam, group_size=args.group_size, lookahead=args.lookahead)
     jobs = []
     for dataset in args.datasets:
         for model in args.models:
@@ -302,23 +324,48 @@ def main(argv=None) -> None:
             flush=True,
         )
         if csv_path:  # rewritten after every run, so a long grid keeps what it has
-            csv_path.parent.mkdir(parents=True, exist_ok=True)
-            with csv_path.open("w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+            write_csv(rows, csv_path)
+    write_outputs(rows, args, note=f"seeds {args.seeds}")
+
+
+def write_outputs(rows: list[dict], args, *, note: str) -> None:
     table = markdown(rows)
     print(table)
     if args.out:
         args.out.with_suffix(".md").write_text(
             f"Hidden {args.hidden}, dropout 0.5, Adam lr 0.01, wd 5e-4, {args.epochs} epochs, "
-            f"METIS parts, seeds {args.seeds}; test accuracy at the best-validation epoch; "
-            "bytes = halo bytes per training epoch over the whole mesh (padded payloads, mean "
-            "over epochs), relative to Vanilla; projected comm = the cost model's time per "
+            f"METIS parts, {note}; test accuracy at the best-validation epoch (mean ± std over "
+            "seeds); bytes = halo bytes per training epoch over the whole mesh (padded payloads, "
+            "mean over epochs), relative to Vanilla; projected comm = the cost model's time per "
             "epoch (per round the slowest channel, real rows) under each preset.\n\n"
             f"{table}\n"
         )
         plot(rows, args.out.with_suffix(".png"))
+        if args.from_csv:
+            write_csv(rows, args.out.with_suffix(".csv"))
+
+
+_INT_FIELDS = ("parts", "seed", "group_size", "period", "lookahead")
+_TEXT_FIELDS = ("dataset", "model", "method", "last_widths")
+
+
+def read_rows(paths) -> list[dict]:
+    """Rows of earlier runs from CSV files, typed as :func:`run_one` returns them; a run
+    (configuration and seed) present in several files is taken from the last one."""
+    runs = {}
+    for path in paths:
+        with open(path, newline="") as f:
+            for raw in csv.DictReader(f):
+                row = {}
+                for k, v in raw.items():
+                    if k in _TEXT_FIELDS:
+                        row[k] = v
+                    elif k in _INT_FIELDS:
+                        row[k] = int(v)
+                    else:
+                        row[k] = float(v) if v != "" else float("nan")
+                runs[(*_config_key(row), row["seed"])] = row
+    return list(runs.values())
 
 
 if __name__ == "__main__":

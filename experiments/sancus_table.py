@@ -43,7 +43,6 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 
-import csv  # noqa: E402
 import datetime  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
@@ -70,6 +69,8 @@ from jaxgraph.train import (  # noqa: E402
     train,
 )
 from jaxgraph.train.loop import load_graph  # noqa: E402
+
+from results_io import write_csv  # noqa: E402
 
 METHODS = (
     "cagnet",
@@ -369,12 +370,7 @@ def main(argv=None) -> None:
                         flush=True,
                     )
                     if csv_path:  # rewritten after every run, so a long grid keeps what it has
-                        csv_path.parent.mkdir(parents=True, exist_ok=True)
-                        fields = list(dict.fromkeys(k for r in rows for k in r))
-                        with csv_path.open("w", newline="") as f:
-                            w = csv.DictWriter(f, fieldnames=fields)
-                            w.writeheader()
-                            w.writerows(rows)
+                        write_csv(rows, csv_path)
                         md = args.out.with_name(args.out.name + ".md")
                         md.write_text(header(args) + markdown(rows) + "\n")
     table = markdown(rows)

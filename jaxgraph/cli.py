@@ -72,6 +72,17 @@ def _build_parser() -> argparse.ArgumentParser:
         "--interconnect",
         help="adaqp: cost-model preset pricing device-to-device transfers (e.g. 10gbe)",
     )
+    tp.add_argument(
+        "--lookahead",
+        type=int,
+        help="adaqp: solve this many epochs before each period boundary, so that the new "
+        "step compiles while training continues (default 0: at the boundary)",
+    )
+    tp.add_argument(
+        "--no-compile-ahead",
+        action="store_true",
+        help="compile a decided assignment's step at the period boundary, not in the background",
+    )
     tp.add_argument("--epochs", type=int)
     tp.add_argument("--seed", type=int)
     tp.add_argument("--eval-every", type=int)
@@ -160,6 +171,7 @@ def _train_config(args):
             ("lam", args.lam),
             ("group_size", args.group_size),
             ("interconnect", args.interconnect),
+            ("lookahead", args.lookahead),
         )
         if v is not None
     }
@@ -180,6 +192,8 @@ def _train_config(args):
     }
     if args.no_progress:
         top["progress"] = False
+    if args.no_compile_ahead:
+        top["compile_ahead"] = False
     return cfg.replace(
         data=dataclasses.replace(cfg.data, **data),
         model=dataclasses.replace(cfg.model, **model),

@@ -92,3 +92,33 @@ def test_felog_table_quick(tmp_path):
     assert names == ["deepwalk", "felog", "-FeeST", "-FaBC", "-HaSyn", "-RiPP"]
     assert (tmp_path / "felog_table_quick.md").exists()
     assert (tmp_path / "felog_utilization_quick.png").exists()
+
+
+def test_adaqp_table_merges_earlier_runs(tmp_path):
+    """``--from-csv`` builds one table from partial grids: a run present in two files counts
+    once (the later file wins), and every row reports how many seeds it averages."""
+    header = (
+        "dataset,model,parts,method,seed,lam,group_size,period,test_acc,bytes_per_epoch,"
+        "median_epoch_time,wall_time,assign_overhead_share,assign_solve_share,"
+        "assign_solve_time,assign_rejit_time,proj_10gbe,proj_pcie3x16,last_widths"
+    )
+    first = tmp_path / "a.csv"
+    first.write_text(
+        header + "\n"
+        "cora,gcn,8,vanilla,0,0.5,100,40,80.0,100.0,0.1,20,0,0,0,0,0.001,0.0001,\n"
+        "cora,gcn,8,quant-8,0,0.5,100,40,79.0,25.0,0.1,20,0,0,0,0,0.001,0.0001,\n"
+    )
+    second = tmp_path / "b.csv"  # lacks the newer lookahead column too
+    second.write_text(
+        header + "\n"
+        "cora,gcn,8,vanilla,0,0.5,100,40,81.0,100.0,0.1,20,0,0,0,0,0.001,0.0001,\n"
+        "cora,gcn,8,vanilla,1,0.5,100,40,83.0,100.0,0.1,20,0,0,0,0,0.001,0.0001,\n"
+    )
+    prefix = tmp_path / "merged"
+    _run("adaqp_table.py", "--from-csv", str(first), str(second), "--out", str(prefix))
+    lines = prefix.with_suffix(".md").read_text().splitlines()
+    vanilla = next(line for line in lines if "| vanilla |" in line)
+    quant = next(line for line in lines if "| quant-8 |" in line)
+    assert "| 2 | 82.0 ± 1.4 | 1.000 |" in vanilla  # seeds 0 (from b.csv) and 1
+    assert "| 1 | 79.0 ± 0.0 | 0.250 |" in quant  # 25 bytes against Vanilla's 100
+    assert len(prefix.with_suffix(".csv").read_text().splitlines()) == 1 + 3

@@ -69,6 +69,10 @@ class AssignConfig:
         transfer is a memory copy).
       time_limit: seconds per mixed-integer solve.
       mip_gap: relative MIP gap at which a solve stops.
+      lookahead: solve this many epochs before each period boundary, so that the new step can
+        compile in the background while those epochs train (``TrainConfig.compile_ahead``).
+        The solve then sees the traces of all but the period's last ``lookahead`` epochs.
+        0 solves at the boundary, as AdaQP does.
     """
 
     lam: float = 0.5
@@ -76,6 +80,7 @@ class AssignConfig:
     interconnect: str = "10gbe"
     time_limit: float = 10.0
     mip_gap: float = 0.01
+    lookahead: int = 0
 
     def __post_init__(self):
         if not 0.0 <= self.lam <= 1.0:
@@ -86,6 +91,8 @@ class AssignConfig:
             raise ValueError(f"time_limit must be positive, got {self.time_limit}")
         if not 0.0 <= self.mip_gap < 1.0:
             raise ValueError(f"mip_gap must lie in [0, 1), got {self.mip_gap}")
+        if self.lookahead < 0:
+            raise ValueError(f"lookahead must be at least 0 epochs, got {self.lookahead}")
         if self.interconnect != "measure":
             parse_interconnect(self.interconnect)
 
@@ -180,21 +187,36 @@ class Adaptive(Quantized):
         super().__init__(8, period=period, seed=seed)
         if norm not in NORMS:
             raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
+        if config.lookahead >= period:
+            raise ValueError(
+                f"lookahead ({config.lookahead} epochs) must be shorter than the assignment "
+                f"period ({period} epochs)"
+            )
         self.config, self.norm, self.cost = config, norm, cost
         self.name = "adaqp"
-        self.last_update: dict | None = None  # host-side log of the latest solve
+        self.last_update: dict | None = None  # host-side log of the latest installed solve
+        self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
 
     def _key(self):
         return (type(self), self.config, self.period, self.norm, self.seed)
 
     # ------------------------------------------------------------------ host side
 
-    def state_from_assignment(self, plan, layer_dims, assignment: BitAssignment) -> dict:
-        """Bucket layout, the assignment itself and zeroed traces (leaves ``[P, ...]``)."""
+    def state_from_assignment(
+        self, plan, layer_dims, assignment: BitAssignment, *, upcoming=None, traces=None
+    ) -> dict:
+        """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
+        ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
+        the next boundary (``upcoming``; until a solve, the current one)."""
         state = bucket_state(plan, assignment)
         state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
-        zeros = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
-        state["trace"] = {"fwd": (zeros,) * len(layer_dims), "bwd": (zeros,) * len(layer_dims)}
+        if self.config.lookahead:
+            upcoming = upcoming or assignment
+            state["next_bits"] = {"fwd": upcoming.fwd, "bwd": upcoming.bwd}
+        if traces is None:
+            zeros = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
+            traces = {"fwd": (zeros,) * len(layer_dims), "bwd": (zeros,) * len(layer_dims)}
+        state["trace"] = traces
         return state
 
     def init_state(self, plan, layer_dims, *, epoch: int = 0):
@@ -205,53 +227,103 @@ class Adaptive(Quantized):
 
     def resume_state(self, plan, layer_dims, *, epoch, saved):
         template = self.init_state(plan, layer_dims)
-        fetch = _saved_getter(saved, "['bits']")
-        fwd = tuple(
-            tuple(fetch(f"['fwd'][{layer}][{r}]", a) for r, a in enumerate(rounds))
-            for layer, rounds in enumerate(template["bits"]["fwd"])
+
+        def saved_assignment(name):
+            fetch = _saved_getter(saved, f"['{name}']")
+            fwd, bwd = (
+                tuple(
+                    tuple(fetch(f"['{d}'][{layer}][{r}]", a) for r, a in enumerate(rounds))
+                    for layer, rounds in enumerate(template["bits"][d])
+                )
+                for d in ("fwd", "bwd")
+            )
+            return BitAssignment(fwd=fwd, bwd=bwd)
+
+        upcoming = saved_assignment("next_bits") if self.config.lookahead else None
+        state = self.state_from_assignment(
+            plan, layer_dims, saved_assignment("bits"), upcoming=upcoming
         )
-        bwd = tuple(
-            tuple(fetch(f"['bwd'][{layer}][{r}]", a) for r, a in enumerate(rounds))
-            for layer, rounds in enumerate(template["bits"]["bwd"])
-        )
-        state = self.state_from_assignment(plan, layer_dims, BitAssignment(fwd=fwd, bwd=bwd))
         trace = _saved_getter(saved, "['trace']")
         state["trace"] = jax.tree_util.tree_map_with_path(
             lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
         )
         return state
 
-    def update_state(self, comm_state, *, epoch, plan, layer_dims):
-        if epoch == 1 or (epoch - 1) % self.period:
-            return None
-        t0 = time.perf_counter()
-        traces = jax.tree.map(_gather_to_host, comm_state["trace"])
-        previous = BitAssignment(
-            fwd=jax.tree.map(_gather_to_host, comm_state["bits"]["fwd"]),
-            bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
-        )
-        t_gather = time.perf_counter() - t0
-        if jax.process_count() == 1:
-            assignment, info = self.solve(plan, layer_dims, traces, previous)
-        else:
-            # Process 0 solves (a time-limited solve need not give the same answer twice);
-            # every process receives its assignment.
-            from jax.experimental import multihost_utils
+    def _is_boundary(self, epoch: int) -> bool:
+        return epoch > 1 and (epoch - 1) % self.period == 0
 
-            if jax.process_index() == 0:
-                assignment, info = self.solve(plan, layer_dims, traces, previous)
-            else:
-                assignment, info = previous, {}
-            fwd, bwd = multihost_utils.broadcast_one_to_all((assignment.fwd, assignment.bwd))
-            assignment = BitAssignment(
-                fwd=jax.tree.map(np.asarray, fwd), bwd=jax.tree.map(np.asarray, bwd)
+    def update_state(self, comm_state, *, epoch, plan, layer_dims):
+        lookahead = self.config.lookahead
+        if lookahead and self._is_boundary(epoch + lookahead):
+            # Solve now; the assignment takes over at the boundary. Only `next_bits` changes,
+            # so the step keeps its layout (no re-jit); the traces keep accumulating.
+            t0 = time.perf_counter()
+            traces, current = self._to_host(comm_state)
+            t_gather = time.perf_counter() - t0
+            assignment, info = self._decide(plan, layer_dims, traces, current)
+            info.update(gather_time=t_gather, solved_at=epoch)
+            state = self.state_from_assignment(
+                plan, layer_dims, current, upcoming=assignment, traces=traces
             )
-            if jax.process_index() != 0:
-                info = {"widths": _used_widths(assignment, plan), "solved_on": 0}
-        info["gather_time"] = t_gather
+            boundary = epoch + lookahead
+            upcoming = self.state_from_assignment(plan, layer_dims, assignment)
+            self._pending = {"boundary": boundary, "state": upcoming, "log": info}
+            return state
+        if not self._is_boundary(epoch):
+            return None
+        if lookahead:  # install the assignment solved `lookahead` epochs ago; reset traces
+            nxt = jax.tree.map(_gather_to_host, comm_state["next_bits"])
+            assignment = BitAssignment(fwd=nxt["fwd"], bwd=nxt["bwd"])
+            pending = self._pending if self._pending and self._pending["boundary"] == epoch else {}
+            info = {
+                **pending.get("log", {}),  # solver details (lost if the run resumed since)
+                **self._describe(plan, layer_dims, assignment),
+                "solved_at": epoch - lookahead,
+            }
+            self._pending = None
+        else:
+            t0 = time.perf_counter()
+            traces, current = self._to_host(comm_state)
+            t_gather = time.perf_counter() - t0
+            assignment, info = self._decide(plan, layer_dims, traces, current)
+            info["gather_time"] = t_gather
         info["epoch"] = epoch
         self.last_update = info
         return self.state_from_assignment(plan, layer_dims, assignment)
+
+    def upcoming_state(self, comm_state, *, epoch, plan, layer_dims):
+        pending = self._pending
+        if pending is None or pending["boundary"] <= epoch:
+            return None
+        return pending["boundary"], pending["state"]
+
+    def _to_host(self, comm_state):
+        """The traces and the assignment in force, gathered to the host."""
+        traces = jax.tree.map(_gather_to_host, comm_state["trace"])
+        current = BitAssignment(
+            fwd=jax.tree.map(_gather_to_host, comm_state["bits"]["fwd"]),
+            bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
+        )
+        return traces, current
+
+    def _decide(self, plan, layer_dims, traces, previous):
+        """The new assignment and its log; in a multi-process run process 0 solves (a
+        time-limited solve need not give the same answer twice) and broadcasts it."""
+        if jax.process_count() == 1:
+            return self.solve(plan, layer_dims, traces, previous)
+        from jax.experimental import multihost_utils
+
+        if jax.process_index() == 0:
+            assignment, info = self.solve(plan, layer_dims, traces, previous)
+        else:
+            assignment, info = previous, {}
+        fwd, bwd = multihost_utils.broadcast_one_to_all((assignment.fwd, assignment.bwd))
+        assignment = BitAssignment(
+            fwd=jax.tree.map(np.asarray, fwd), bwd=jax.tree.map(np.asarray, bwd)
+        )
+        if jax.process_index() != 0:
+            info = {**self._describe(plan, layer_dims, assignment), "solved_on": 0}
+        return assignment, info
 
     def cost_model(self, plan: HaloPlan):
         """The cost model in use: the one given, or the configured preset's."""
@@ -326,19 +398,25 @@ class Adaptive(Quantized):
         assignment = BitAssignment(
             fwd=tuple(tuple(r) for r in fwd), bwd=tuple(tuple(r) for r in bwd)
         )
-        log["widths"] = _used_widths(assignment, plan)
-        # Modelled communication seconds per step of the new assignment: under the cost model
-        # in use and under fixed presets (comparable across runs and methods).
-        log["cost_model"] = cost.source
-        log["projected"] = {
-            "model": sum(projected_comm_time(plan, assignment, layer_dims, cost).values())
-        }
+        log.update(self._describe(plan, layer_dims, assignment))
+        return assignment, log
+
+    def _describe(self, plan, layer_dims, assignment: BitAssignment) -> dict:
+        """Widths per key and the modelled communication seconds per step of
+        ``assignment``: under the cost model in use and under fixed presets (comparable
+        across runs and methods)."""
+        cost = self.cost_model(plan)
+        projected = {"model": sum(projected_comm_time(plan, assignment, layer_dims, cost).values())}
         for preset in PROJECTION_PRESETS:
-            preset_cost = AssignConfig(interconnect=preset).cost_model(num_parts)
-            log["projected"][preset] = sum(
+            preset_cost = AssignConfig(interconnect=preset).cost_model(plan.num_parts)
+            projected[preset] = sum(
                 projected_comm_time(plan, assignment, layer_dims, preset_cost).values()
             )
-        return assignment, log
+        return {
+            "widths": _used_widths(assignment, plan),
+            "cost_model": cost.source,
+            "projected": projected,
+        }
 
     # ------------------------------------------------------------------ device side
 

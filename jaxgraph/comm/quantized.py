@@ -500,6 +500,17 @@ class Quantized(CommStrategy):
             return None
         return self.init_state(plan, layer_dims, epoch=epoch)
 
+    def upcoming_state(self, comm_state, *, epoch, plan, layer_dims):
+        # Random widths are drawn from the seed and the period index: known in advance.
+        if self.bits != "random":
+            return None
+        boundary = (epoch - 1) // self.period * self.period + self.period + 1
+        key = (boundary, id(plan), tuple(layer_dims))
+        cached = getattr(self, "_upcoming", None)
+        if cached is None or cached[0] != key:
+            self._upcoming = (key, self.init_state(plan, layer_dims, epoch=boundary))
+        return boundary, self._upcoming[1]
+
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):

@@ -155,6 +155,17 @@ class CommStrategy(abc.ABC):
         del comm_state, epoch, plan, layer_dims
         return None
 
+    def upcoming_state(
+        self, comm_state: CommState, *, epoch: int, plan: HaloPlan, layer_dims: tuple[int, ...]
+    ) -> tuple[int, CommState] | None:
+        """The next change :meth:`update_state` will make, if already decided after epoch
+        ``epoch``: ``(the epoch before which it happens, its host-side comm_state)``, or
+        ``None``. The training loop compiles that state's step ahead of time. Must be cheap
+        when called every epoch.
+        """
+        del comm_state, epoch, plan, layer_dims
+        return None
+
     def resume_state(
         self,
         plan: HaloPlan,

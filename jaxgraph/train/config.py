@@ -61,6 +61,9 @@ class TrainConfig:
       assign_period: epochs per bit-assignment period of the quantized methods
         (0 = ``epochs // 5``, as AdaQP).
       assign: settings of the adaptive bit assignment (method ``adaqp``).
+      compile_ahead: compile the step of an assignment the strategy has already decided
+        (``quant-random``'s next draw, ``adaqp`` with ``assign.lookahead``) in a background
+        thread while the current one trains, instead of at the period boundary.
       eval_every: evaluate every this many epochs (and at the last epoch).
       checkpoint_every: write a checkpoint every this many epochs (0 = never).
       workdir: where metrics (``metrics.jsonl``) and checkpoints go (``None`` = nowhere).
@@ -74,6 +77,7 @@ class TrainConfig:
     partition: str = "metis"
     method: str = "vanilla"
     assign_period: int = 0
+    compile_ahead: bool = True
     epochs: int = 200
     seed: int = 0
     eval_every: int = 1

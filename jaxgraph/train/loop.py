@@ -9,6 +9,7 @@ import os
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -226,12 +227,32 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     compiled = {}  # one compiled step per comm_state signature (e.g. per bit assignment)
+    ahead = {}  # signature -> Future of a step compiling in the background
+    pool = ThreadPoolExecutor(1, "compile-ahead") if config.compile_ahead else None
+
+    def compile_step(state):
+        return trainer.train_step.lower(state, shards).compile()
 
     def step_for(state):
         sig = _signature(state.comm_state)
         if sig not in compiled:
-            compiled[sig] = trainer.train_step.lower(state, shards).compile()
+            future = ahead.pop(sig, None)
+            compiled[sig] = future.result() if future is not None else compile_step(state)
         return compiled[sig]
+
+    def compile_ahead(state, epoch):
+        """Starts compiling the step of the strategy's next, already decided, state."""
+        upcoming = strategy.upcoming_state(
+            state.comm_state, epoch=epoch, plan=plan, layer_dims=layer_dims
+        )
+        if upcoming is None or upcoming[0] > config.epochs:
+            return
+        placed = trainer.place_comm_state(upcoming[1])
+        sig = _signature(placed)
+        if sig not in compiled and sig not in ahead:
+            # Lowered from shapes only: the buffers of `state` are donated to the next step.
+            abstract = jax.tree.map(_abstract, state.replace(comm_state=placed))
+            ahead[sig] = pool.submit(compile_step, abstract)
 
     step_for(state)
     eval_step = trainer.eval_step.lower(state.params, shards).compile()
@@ -239,6 +260,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
 
     epoch_times, epoch_bytes, last = [], [], {}
     overhead = {"solve": 0.0, "rejit": 0.0}
+    used_ahead = 0
     bar = tqdm(
         range(start_epoch + 1, config.epochs + 1),
         disable=not (config.progress and primary),
@@ -254,17 +276,25 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         if new_comm is not None:
             state = state.replace(comm_state=trainer.place_comm_state(new_comm))
             t_solved = time.perf_counter()
-            train_step = step_for(state)  # a new buffer layout compiles a new step
+            sig = _signature(state.comm_state)
+            fresh = sig not in compiled
+            was_ahead = fresh and sig in ahead
+            train_step = step_for(state)  # a new buffer layout compiles a new step (or waits)
             assign_log = {
                 "assign_time": t_solved - t,
                 "rejit_time": time.perf_counter() - t_solved,
-                **_assignment_log(strategy),
+                **_assignment_log(strategy, epoch),
             }
+            if fresh:
+                assign_log["compiled_ahead"] = was_ahead
+                used_ahead += was_ahead
             overhead["solve"] += assign_log["assign_time"]
             overhead["rejit"] += assign_log["rejit_time"]
         train_step = step_for(state)
         t = time.perf_counter()
         state, metrics = train_step(state, shards)
+        if pool is not None:  # host work while the step runs
+            compile_ahead(state, epoch)
         metrics = jax.device_get(metrics)
         epoch_times.append(time.perf_counter() - t)
         epoch_bytes.append(float(metrics["bytes_moved"]))
@@ -298,6 +328,8 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
             )
         last = record
     bar.close()
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
 
     wall = time.perf_counter() - t0
     steady = epoch_times[1:] or epoch_times
@@ -315,6 +347,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
         "compiled_steps": len(compiled),
+        "compiled_ahead": used_ahead,
         # Re-assignments: the host-side decision (traces to the host, solve, new buffers) and
         # the compilation of the step for the new layout, in seconds and as wall-clock shares.
         "assign_solve_time": overhead["solve"],
@@ -334,15 +367,18 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     return summary
 
 
-def _assignment_log(strategy: CommStrategy) -> dict[str, Any]:
-    """What a strategy reports about its latest re-assignment (widths per key, solver)."""
+def _assignment_log(strategy: CommStrategy, epoch: int) -> dict[str, Any]:
+    """What a strategy reports about the re-assignment it installed before ``epoch`` (widths
+    per key, solver), if any."""
     info = getattr(strategy, "last_update", None) or {}
+    if info.get("epoch", epoch) != epoch:
+        return {}
     out = {}
     if "widths" in info:
         out["widths"] = {
             k: {str(b): n for b, n in v.items() if n} for k, v in info["widths"].items()
         }
-    for field in ("projected", "cost_model"):
+    for field in ("projected", "cost_model", "solved_at"):
         if field in info:
             out[field] = info[field]
     if "keys" in info:
@@ -351,6 +387,13 @@ def _assignment_log(strategy: CommStrategy) -> dict[str, Any]:
             for k, v in info["keys"].items()
         }
     return out
+
+
+def _abstract(x):
+    """An array -> its shape, dtype and sharding (what lowering needs)."""
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    return x
 
 
 def _signature(tree) -> tuple:

@@ -43,8 +43,12 @@ def _metrics(workdir):
     return [json.loads(line) for line in lines]
 
 
+_TIMING = ("epoch_time", "assign_time", "rejit_time", "compiled_ahead")
+
+
 def _strip_time(records):
-    return [{k: v for k, v in r.items() if k != "epoch_time"} for r in records]
+    """Metrics without wall-clock fields (and whether a step happened to compile ahead)."""
+    return [{k: v for k, v in r.items() if k not in _TIMING} for r in records]
 
 
 def test_metrics_and_summary(tmp_path):
@@ -160,3 +164,44 @@ def test_quantized_random_run_resumes_across_assignment_periods(tmp_path):
     train(_config(cut, epochs=3, **kw), graph=GRAPH)
     train(_config(cut, epochs=5, **kw), graph=GRAPH)
     assert _strip_time(_metrics(cut)) == _strip_time(records)
+
+
+def test_compiling_ahead_changes_nothing_but_when_the_step_compiles(tmp_path):
+    """Random widths are known before their period: the next step compiles in the background
+    and is used at the boundary, with metrics identical to compiling at the boundary."""
+    kw = dict(method="quant-random", assign_period=2, parts=2, epochs=3, checkpoint_every=0)
+    ahead = train(_config(tmp_path / "ahead", **kw), graph=GRAPH)
+    sync = train(_config(tmp_path / "sync", compile_ahead=False, **kw), graph=GRAPH)
+    assert (ahead["compiled_steps"], ahead["compiled_ahead"]) == (2, 1)
+    assert (sync["compiled_steps"], sync["compiled_ahead"]) == (2, 0)
+    records = _metrics(tmp_path / "ahead")
+    assert records[2]["compiled_ahead"] is True and "compiled_ahead" not in records[1]
+    assert _strip_time(records) == _strip_time(_metrics(tmp_path / "sync"))
+
+
+@pytest.mark.slow
+def test_adaqp_lookahead_solves_early_installs_at_the_boundary_and_resumes(tmp_path):
+    """With a lookahead of 1 epoch and a period of 3, the solve runs before epoch 3, the new
+    assignment takes over at epoch 4 (its step compiled meanwhile), and a run resumed from the
+    checkpoint between the two (holding the pending assignment) reproduces the metrics."""
+    from jaxgraph.comm.adaptive import AssignConfig
+
+    kw = dict(
+        method="adaqp",
+        assign_period=3,
+        parts=2,
+        epochs=5,
+        checkpoint_every=1,
+        assign=AssignConfig(lookahead=1, group_size=8, lam=0.2),
+    )
+    summary = train(_config(tmp_path / "full", **kw), graph=GRAPH)
+    records = _metrics(tmp_path / "full")
+    assert "assign_time" in records[2] and "widths" not in records[2]  # solved, not installed
+    assert records[3]["solved_at"] == 3 and "widths" in records[3]
+    assert summary["compiled_ahead"] == (summary["compiled_steps"] == 2)
+    cut = tmp_path / "cut"
+    train(_config(cut, **{**kw, "epochs": 3}), graph=GRAPH)
+    train(_config(cut, **kw), graph=GRAPH)
+    expect = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(records)]
+    got = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(_metrics(cut))]
+    assert got == expect
