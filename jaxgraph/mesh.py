@@ -3,6 +3,9 @@
 Multi-process (multi-controller) runs: the mesh spans every process's devices
 (``jax.devices()`` is global); :func:`place` materialises only this process's shards of a host
 array that every process holds, and :func:`to_host` brings a whole array back to every process.
+
+Inside ``shard_map`` every value is typed by the mesh axes it varies over; :func:`varying_axes`
+reads that type and :func:`to_varying` widens it (a ``pcast``), as custom VJPs need.
 """
 
 from __future__ import annotations
@@ -113,3 +116,18 @@ def replicate(mesh: Mesh, tree):
     """Places every array of ``tree`` on every device of ``mesh``."""
     sharding = NamedSharding(mesh, PartitionSpec())
     return jax.tree.map(lambda a: place(a, sharding), tree)
+
+
+def varying_axes(x: jax.Array) -> frozenset:
+    """Mesh axes along which ``x`` varies inside ``shard_map`` (empty outside)."""
+    aval = jax.typeof(x)
+    manual = getattr(aval, "manual_axis_type", None)
+    if manual is not None:
+        return frozenset(manual.varying)
+    return frozenset(getattr(aval, "vma", ()))  # older jax
+
+
+def to_varying(x: jax.Array, axes: frozenset) -> jax.Array:
+    """``x`` typed to vary over ``axes`` as well (a no-op where it already does)."""
+    missing = tuple(sorted(axes - varying_axes(x)))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x

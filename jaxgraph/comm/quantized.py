@@ -39,6 +39,7 @@ import numpy as np
 
 from jaxgraph.comm.ring import ring_perm
 from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.mesh import to_varying, varying_axes
 from jaxgraph.partition.halo import HaloPlan
 from pallas_kernels.quantize import dequantize, quantize
 
@@ -386,9 +387,7 @@ def _computed_once(packed: jax.Array, key: jax.Array) -> jax.Array:
 
 def _like_varying(x: jax.Array, like: jax.Array) -> jax.Array:
     """``x`` cast to vary over the mesh axes ``like`` varies over (a no-op outside shard_map)."""
-    from jaxgraph.models.propagate import _to_varying, _varying_axes
-
-    return _to_varying(x, _varying_axes(like))
+    return to_varying(x, varying_axes(like))
 
 
 def row_range_variance(rows: jax.Array) -> jax.Array:

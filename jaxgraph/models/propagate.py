@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgraph.comm.strategy import CommState, CommStrategy, GraphShard
+from jaxgraph.mesh import to_varying, varying_axes
 
 Norm = Literal["gcn", "mean"]
 
@@ -182,23 +183,9 @@ def segment_sum_sorted(
     # Inside shard_map, give the differentiable inputs the device-varying type of all inputs
     # before the custom VJP (its cotangents must have its inputs' types); the transpose of
     # this cast (a psum for an input that is the same on every device) stays with autodiff.
-    union = frozenset().union(*(_varying_axes(a) for a in (h, src, dst, weight)))
-    h, weight = (_to_varying(a, union) for a in (h, weight))
+    union = frozenset().union(*(varying_axes(a) for a in (h, src, dst, weight)))
+    h, weight = (to_varying(a, union) for a in (h, weight))
     return _gather_scatter(h, src, dst, weight, int(num_segments), True)
-
-
-def _varying_axes(x: jax.Array) -> frozenset:
-    """Mesh axes along which ``x`` varies inside ``shard_map`` (empty outside)."""
-    aval = jax.typeof(x)
-    manual = getattr(aval, "manual_axis_type", None)
-    if manual is not None:
-        return frozenset(manual.varying)
-    return frozenset(getattr(aval, "vma", ()))  # older jax
-
-
-def _to_varying(x: jax.Array, axes: frozenset) -> jax.Array:
-    missing = tuple(sorted(axes - _varying_axes(x)))
-    return jax.lax.pcast(x, missing, to="varying") if missing else x
 
 
 # Messages per chunk: ~2 MiB of messages (4096 edges at F = 128, fp32) stays in L2/L3 and is
