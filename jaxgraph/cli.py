@@ -89,23 +89,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--checkpoint-every", type=int)
     tp.add_argument("--workdir")
     tp.add_argument("--no-progress", action="store_true")
-    dist = tp.add_argument_group(
-        "multi-process runs (one process per host; default: environment, see jaxgraph.distributed)"
-    )
-    dist.add_argument("--coordinator", help="host:port of process 0 (JAXGRAPH_COORDINATOR)")
-    dist.add_argument("--num-processes", type=int, help="(JAXGRAPH_NUM_PROCESSES)")
-    dist.add_argument("--process-id", type=int, help="this process, 0-based (JAXGRAPH_PROCESS_ID)")
-    dist.add_argument(
-        "--init-timeout",
-        type=int,
-        help="seconds to wait for all processes to connect (JAXGRAPH_INIT_TIMEOUT, default 300)",
-    )
-    dist.add_argument(
-        "--heartbeat-timeout",
-        type=int,
-        help="seconds of silence before a peer counts as dead "
-        "(JAXGRAPH_HEARTBEAT_TIMEOUT, default 100)",
-    )
+    _add_distributed_args(tp)
 
     ep = sub.add_parser("embed", help="random-walk node embedding (FeLoG, DeepWalk, node2vec)")
     ep.add_argument("--dataset", default="blogcatalog", help="bundled dataset, or 'sbm'")
@@ -142,7 +126,28 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--retrieval", action="store_true", help="also FAISS Hit/MRR/nDCG@K")
     ep.add_argument("--out", help="directory for embedding.npy, rounds.jsonl, eval.json")
     ep.add_argument("--quiet", action="store_true")
+    _add_distributed_args(ep)
     return p
+
+
+def _add_distributed_args(parser) -> None:
+    dist = parser.add_argument_group(
+        "multi-process runs (one process per host; default: environment, see jaxgraph.distributed)"
+    )
+    dist.add_argument("--coordinator", help="host:port of process 0 (JAXGRAPH_COORDINATOR)")
+    dist.add_argument("--num-processes", type=int, help="(JAXGRAPH_NUM_PROCESSES)")
+    dist.add_argument("--process-id", type=int, help="this process, 0-based (JAXGRAPH_PROCESS_ID)")
+    dist.add_argument(
+        "--init-timeout",
+        type=int,
+        help="seconds to wait for all processes to connect (JAXGRAPH_INIT_TIMEOUT, default 300)",
+    )
+    dist.add_argument(
+        "--heartbeat-timeout",
+        type=int,
+        help="seconds of silence before a peer counts as dead "
+        "(JAXGRAPH_HEARTBEAT_TIMEOUT, default 100)",
+    )
 
 
 def _train_config(args):
@@ -221,27 +226,13 @@ def _start_distributed(args) -> str:
     return f" (process {jax.process_index()}/{jax.process_count()})"
 
 
-def _refuse_multi_process(command: str) -> None:
-    from jaxgraph.distributed import DistributedConfig, detect_launcher
-
-    config = DistributedConfig.from_env()
-    if (config.explicit and config.num_processes != 1) or detect_launcher():
-        raise ValueError(
-            f"multi-process runs are supported by `jaxgraph train` only, not `{command}` "
-            "(unset JAXGRAPH_COORDINATOR / JAXGRAPH_NUM_PROCESSES / JAXGRAPH_PROCESS_ID, or "
-            "run a single task)"
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _emulate_cpu_devices(args.cpu_devices)
     where = ""
     try:
-        if args.command == "train":
+        if args.command in ("train", "embed"):
             where = _start_distributed(args)  # before any other JAX call
-        elif args.command == "embed":
-            _refuse_multi_process("embed")
         if args.command == "datasets":
             from jaxgraph.data import format_dataset_info
 
@@ -261,9 +252,12 @@ def main(argv: list[str] | None = None) -> int:
                 report.save_heatmap(args.heatmap)
                 print(f"\npair-volume heatmap written to {args.heatmap}")
         elif args.command == "embed":
+            from jaxgraph.distributed import is_primary
             from jaxgraph.embed.run import run_cli
 
-            print(json.dumps(run_cli(args), indent=2))
+            summary = run_cli(args)
+            if is_primary():
+                print(json.dumps(summary, indent=2))
         elif args.command == "train":
             from jaxgraph.distributed import is_primary
             from jaxgraph.train import train

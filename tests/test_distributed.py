@@ -73,11 +73,3 @@ SLURM = {
 )
 def test_detect_launcher(environ, launcher):
     assert detect_launcher(environ) == launcher
-
-
-def test_embed_refuses_multi_process(monkeypatch, capsys):
-    from jaxgraph.cli import main
-
-    monkeypatch.setenv("JAXGRAPH_NUM_PROCESSES", "2")
-    assert main(["embed", "--dataset", "sbm"]) == 2
-    assert "supported by `jaxgraph train` only" in capsys.readouterr().err

@@ -122,3 +122,11 @@ def test_adaqp_table_merges_earlier_runs(tmp_path):
     assert "| 2 | 82.0 ± 1.4 | 1.000 |" in vanilla  # seeds 0 (from b.csv) and 1
     assert "| 1 | 79.0 ± 0.0 | 0.250 |" in quant  # 25 bytes against Vanilla's 100
     assert len(prefix.with_suffix(".csv").read_text().splitlines()) == 1 + 3
+
+
+def test_bench_compile_quick():
+    out = _run("bench_compile.py", "--quick", "--json")
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [r["method"] for r in records] == ["vanilla", "quant-random"]
+    # One ppermute per ring round and exchange, whatever the number of widths: 3 x 7.
+    assert all(r["collective_permutes"] == 21 for r in records)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import jax
 import numpy as np
 from jax.sharding import Mesh
 
@@ -217,6 +218,16 @@ def embed(
       ValueError: the graph has no edge (no walk can train anything).
       CheckpointError: a checkpoint in ``checkpoint_dir`` is corrupt or from another run.
     """
+    if jax.process_count() > 1:
+        # Every process computes the same host-side corpus, pairs and sync selections, so the
+        # device programs line up; a timing-dependent schedule or a shared checkpoint would not.
+        if config.pipeline is not None and config.pipeline.mode == "overlapped":
+            raise ValueError(
+                "a multi-process embedding run needs a reproducible schedule: pipeline mode "
+                "'sequential' or 'deterministic', not 'overlapped'"
+            )
+        if checkpoint_dir is not None:
+            raise ValueError("checkpoints of multi-process embedding runs are not supported")
     csr = out_csr(graph)
     active = initial_active_set(csr[0])
     if active.size == 0:
@@ -231,7 +242,8 @@ def embed(
     )
     codec = None
     if config.compress is not None:
-        codec = WalkCodec(config.compress, device=mesh.devices.flat[0])
+        local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+        codec = WalkCodec(config.compress, device=local[0])  # decodes on this process
     seconds_compile = trainer.compile()
     runner = RoundRunner(csr, config, trainer, codec, active, checkpoint_dir)
     stopped = False
@@ -328,6 +340,7 @@ def run_cli(args) -> dict[str, Any]:
     Writes ``embedding.npy`` (``syn0``), ``context.npy`` (``syn1``), ``rounds.jsonl`` and
     ``eval.json`` to ``args.out`` when given.
     """
+    from jaxgraph.distributed import is_primary
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.mesh import make_mesh
 
@@ -415,7 +428,7 @@ def run_cli(args) -> dict[str, Any]:
         **result.summary(),
         "evaluation": evaluation,
     }
-    if args.out:
+    if args.out and is_primary():
         out = Path(args.out)
         save_npy(out / "embedding.npy", result.syn0)
         save_npy(out / "context.npy", result.syn1)

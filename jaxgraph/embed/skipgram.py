@@ -63,6 +63,7 @@ from jaxgraph.embed.corpus import (
     skipgram_pairs,
 )
 from jaxgraph.embed.walks import Walks
+from jaxgraph.mesh import place
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,7 +526,7 @@ class SkipGramTrainer:
         """
         t0 = time.perf_counter()
         empty = [np.zeros(0, np.int32)] * self.num_devices
-        accept, alias = jax.device_put(alias_table(np.ones(self.num_nodes)), self._rep)
+        accept, alias = place_all(alias_table(np.ones(self.num_nodes)), self._rep)
         key = jax.random.key(self.seed)
         loss = self._run(
             empty, empty, [0] * self.num_devices, 0, 0, np.zeros(0), key, accept, alias
@@ -557,8 +558,7 @@ class SkipGramTrainer:
             stats.seconds = time.perf_counter() - t0
             return stats
         keep = keep_probability(counts, cfg.sample)
-        accept, alias = alias_table(negative_weights(counts))
-        accept, alias = jax.device_put((accept, alias), self._rep)
+        accept, alias = place_all(alias_table(negative_weights(counts)), self._rep)
         key = jax.random.fold_in(jax.random.key(self.seed), round_index)
         pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
         order = np.random.default_rng([self.seed, hr.PURPOSE_SHUFFLE, round_index]).permutation(
@@ -624,7 +624,7 @@ class SkipGramTrainer:
         if plan.index is None:
             self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
         else:
-            index = jax.device_put(plan.index, self._rep)
+            index = place(plan.index, self._rep)
             self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor, index)
         return plan.rows
 
@@ -663,8 +663,8 @@ class SkipGramTrainer:
         self.round_update_counts += updates
         lr = np.zeros(cap, np.float32)
         lr[:take] = alphas[start : start + take]
-        x_in, x_out, x_w = jax.device_put((x_in, x_out, x_w), self._shard)
-        lr, num_steps, first = jax.device_put((lr, np.int32(take), np.int32(self._step)), self._rep)
+        x_in, x_out, x_w = place_all((x_in, x_out, x_w), self._shard)
+        lr, num_steps, first = place_all((lr, np.int32(take), np.int32(self._step)), self._rep)
         self._step += take
         self.tables, loss = self._train(
             self.tables, x_in, x_out, x_w, lr, num_steps, first, key, accept, alias
@@ -680,8 +680,21 @@ class SkipGramTrainer:
     def embeddings(self) -> tuple[np.ndarray, np.ndarray]:
         """A full average of the replicas, then ``(syn0, syn1)`` as host ``f32[N, d]``."""
         self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
-        return np.asarray(self.tables.syn0[0]), np.asarray(self.tables.syn1[0])
+        return _local_replica(self.tables.syn0), _local_replica(self.tables.syn1)
 
     def input_vectors(self) -> np.ndarray:
-        """Replica 0 of ``syn0`` (equal to every replica right after a round), ``f32[N, d]``."""
-        return np.asarray(self.tables.syn0[0])
+        """``syn0`` as merged at the end of the last round (every replica holds it), read from
+        this process's first device, ``f32[N, d]``."""
+        return _local_replica(self.tables.syn0)
+
+
+def _local_replica(table: jax.Array) -> np.ndarray:
+    """The replica ``[N, d]`` of ``table: [P, N, d]`` on this process's first device (after a
+    full merge every replica is the same, on every process)."""
+    shard = min(table.addressable_shards, key=lambda s: s.index[0].start or 0)
+    return np.asarray(shard.data)[0]
+
+
+def place_all(values, sharding):
+    """Host arrays (a tuple), identical on every process, placed as ``sharding``."""
+    return tuple(place(v, sharding) for v in values)

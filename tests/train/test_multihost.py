@@ -1,4 +1,4 @@
-"""Multi-controller training on localhost: 2 processes x 4 CPU devices against 1 x 8.
+"""Multi-controller runs on localhost: 2 processes x 4 CPU devices against 1 x 8.
 
 The 2 x 4 runs go through ``experiments/launch_local.py`` (separate processes joined by
 ``jax.distributed``, Gloo collectives); the 1 x 8 reference runs the same command in this
@@ -81,6 +81,30 @@ def test_two_processes_equal_one(tmp_path, capsys):
     # Only process 0 writes; process 1's standard output holds no summary.
     out1 = (tmp_path / "2x4" / "logs" / "process_1.out").read_text()
     assert '"final_loss"' not in out1
+
+
+def test_embed_two_processes_equal_one(tmp_path):
+    """The embedding job over 2 processes x 4 devices equals the 1 x 8 run: every process
+    builds the same corpus, pairs and feedback, so the active sets, walks and pairs are equal,
+    and the replicas' merges (Gloo all-reduces) leave the tables equal to fp32 rounding."""
+    args = ["embed", "--dataset", "sbm", "--nodes", "300", "--parts", "8", "--method", "felog"]
+    args += ["--rounds", "3", "--dim", "16", "--walk-length", "20", "--window", "3"]
+    args += ["--batch-size", "64", "--sync-every", "4", "--task", "lp", "--quiet"]
+    done = _launch(tmp_path, [*args, "--out", str(tmp_path / "2x4")])
+    assert done.returncode == 0, done.stderr
+    assert main([*args, "--out", str(tmp_path / "1x8")]) == 0
+    multi, single = (np.load(tmp_path / run / "embedding.npy") for run in ("2x4", "1x8"))
+    np.testing.assert_allclose(multi, single, rtol=0, atol=RTOL * np.abs(single).max())
+    rounds = [
+        [json.loads(line) for line in (tmp_path / run / "rounds.jsonl").read_text().splitlines()]
+        for run in ("2x4", "1x8")
+    ]
+    assert len(rounds[0]) == len(rounds[1]) == 3
+    for m, s in zip(*rounds, strict=True):
+        assert (m["active"], m["walks"], m["pairs"]) == (s["active"], s["walks"], s["pairs"])
+        np.testing.assert_allclose(m["loss"], s["loss"], rtol=RTOL)
+    # Only process 0 writes and prints the summary.
+    assert '"evaluation"' not in (tmp_path / "logs" / "process_1.out").read_text()
 
 
 def test_failing_processes_are_reported(tmp_path):
