@@ -118,6 +118,17 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--batch-size", type=int, default=1024)
     ep.add_argument("--sync-every", type=int, default=64)
     ep.add_argument("--merge", default="mean", help="replica merge: mean or sum")
+    ep.add_argument(
+        "--sync",
+        default="all",
+        help="periodic replica sync: all (every row), hotspot (HaSyn) or random (as many rows)",
+    )
+    ep.add_argument(
+        "--full-every",
+        type=int,
+        default=32,
+        help="hotspot/random: every this many periodic syncs merges all rows",
+    )
     ep.add_argument("--parts", type=int, default=1)
     ep.add_argument("--seed", type=int, default=0)
     ep.add_argument("--task", default="auto", help="auto, lp, nc or none")

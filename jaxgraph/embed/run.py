@@ -334,6 +334,19 @@ def load_embedding_graph(name: str, *, num_nodes: int = 2000, seed: int = 0) -> 
     return load_dataset(name, seed=seed)
 
 
+def _table_sync(name: str, merge: str, full_every: int):
+    """The periodic sync named on the command line (None: every row, the trainer's default)."""
+    from jaxgraph.embed.sync import HotspotSync, RandomSync
+
+    if name == "all":
+        return None
+    if name == "hotspot":
+        return HotspotSync(merge=merge, full_every=full_every)
+    if name == "random":
+        return RandomSync(merge=merge, full_every=full_every)
+    raise ValueError(f"unknown sync {name!r}; expected all, hotspot or random")
+
+
 def run_cli(args) -> dict[str, Any]:
     """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
 
@@ -380,6 +393,7 @@ def run_cli(args) -> dict[str, Any]:
         ),
         rounds=args.rounds,
         seed=args.seed,
+        sync=_table_sync(args.sync, args.merge, args.full_every),
     )
     task = args.task
     if task not in ("auto", "lp", "nc", "none"):

@@ -85,11 +85,13 @@ def test_two_processes_equal_one(tmp_path, capsys):
 
 def test_embed_two_processes_equal_one(tmp_path):
     """The embedding job over 2 processes x 4 devices equals the 1 x 8 run: every process
-    builds the same corpus, pairs and feedback, so the active sets, walks and pairs are equal,
-    and the replicas' merges (Gloo all-reduces) leave the tables equal to fp32 rounding."""
+    builds the same corpus, pairs, feedback and hotspot selections, so the active sets, walks,
+    pairs and synced rows are equal, and the replicas' merges (Gloo all-reduces) leave the
+    tables equal to fp32 rounding."""
     args = ["embed", "--dataset", "sbm", "--nodes", "300", "--parts", "8", "--method", "felog"]
     args += ["--rounds", "3", "--dim", "16", "--walk-length", "20", "--window", "3"]
-    args += ["--batch-size", "64", "--sync-every", "4", "--task", "lp", "--quiet"]
+    args += ["--batch-size", "64", "--sync-every", "4", "--sync", "hotspot", "--full-every", "3"]
+    args += ["--task", "lp", "--quiet"]
     done = _launch(tmp_path, [*args, "--out", str(tmp_path / "2x4")])
     assert done.returncode == 0, done.stderr
     assert main([*args, "--out", str(tmp_path / "1x8")]) == 0
@@ -101,7 +103,9 @@ def test_embed_two_processes_equal_one(tmp_path):
     ]
     assert len(rounds[0]) == len(rounds[1]) == 3
     for m, s in zip(*rounds, strict=True):
-        assert (m["active"], m["walks"], m["pairs"]) == (s["active"], s["walks"], s["pairs"])
+        for key in ("active", "walks", "pairs", "syncs", "sync_rows"):
+            assert m[key] == s[key], (key, m["round"])
+        assert m["sync_rows"] < 2 * 300 * m["syncs"]  # selective syncs took part
         np.testing.assert_allclose(m["loss"], s["loss"], rtol=RTOL)
     # Only process 0 writes and prints the summary.
     assert '"evaluation"' not in (tmp_path / "logs" / "process_1.out").read_text()
