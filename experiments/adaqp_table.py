@@ -257,12 +257,18 @@ def main(argv=None) -> None:
     )
     p.add_argument("--out", type=Path, help="output prefix: <out>.csv, <out>.md, <out>.png")
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in <out>.csv and run only the missing ones (a grid "
+        "stopped part-way continues; settings outside the table's columns must not change)",
+    )
+    p.add_argument(
         "--from-csv",
         type=Path,
         nargs="+",
         metavar="CSV",
-        help="train nothing: build the table and plot from these CSVs of earlier runs (a "
-        "run present in several files counts once, the last one read)",
+        help="train nothing: build the table and plot from these CSVs of earlier runs (those "
+        "of --models and --parts; a run present in several files counts once, the last read)",
     )
     p.add_argument(
         "--quick",
@@ -275,7 +281,11 @@ def main(argv=None) -> None:
         args.methods, args.epochs = ["vanilla", "quant-4", "adaqp"], 20
 
     if args.from_csv:
-        rows = read_rows(args.from_csv)
+        rows = [
+            r
+            for r in read_rows(args.from_csv)
+            if r["model"] in args.models and r["parts"] in args.parts
+        ]
         write_outputs(rows, args, note=f"runs merged from {', '.join(map(str, args.from_csv))}")
         return
     base_assign = AssignConfig(lam=args.lam, group_size=args.group_size, lookahead=args.lookahead)
@@ -296,11 +306,20 @@ def main(argv=None) -> None:
             for period in (10, 100):
                 jobs.append((d, m, parts, "adaqp", seed, base_assign, period))
 
-    graphs, rows = {}, []
+    graphs, rows, done = {}, [], set()
     csv_path = args.out.with_suffix(".csv") if args.out else None
+    if args.resume and csv_path is not None and csv_path.exists():
+        rows = read_rows([csv_path])
+        done = {(*_config_key(r), r["seed"]) for r in rows}
+        print(f"resuming: {len(rows)} runs already in {csv_path}", flush=True)
     for dataset, model, parts, method, seed, assign, period in jobs:
         if dataset not in graphs:
             graphs[dataset] = load_graph(data_config(dataset, seed))
+        lookahead = assign.lookahead if method == "adaqp" else 0
+        key = (graphs[dataset].name, model, parts, method, assign.lam, assign.group_size)
+        key += (period or max(args.epochs // 5, 1), lookahead, seed)
+        if key in done:
+            continue
         cfg = TrainConfig(
             data=data_config(dataset, seed),
             model=ModelConfig(name=model, hidden=args.hidden, dropout=0.5),

@@ -48,6 +48,10 @@ def test_adaqp_table_quick(tmp_path):
     rows = prefix.with_suffix(".csv").read_text().splitlines()
     assert len(rows) == 1 + 3  # header + vanilla, quant-4, adaqp
     assert prefix.with_suffix(".md").exists()
+    # A resumed grid with every run already in the CSV trains nothing and keeps them all.
+    out = _run("adaqp_table.py", "--quick", "--resume", "--out", str(prefix))
+    assert "resuming: 3 runs" in out and ": acc " not in out  # no run trained
+    assert prefix.with_suffix(".csv").read_text().splitlines() == rows
 
 
 def test_bench_data_quick():
