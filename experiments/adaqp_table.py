@@ -33,7 +33,6 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 
-import csv  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
@@ -55,7 +54,7 @@ from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.train import DataConfig, ModelConfig, OptimConfig, TrainConfig, train  # noqa: E402
 from jaxgraph.train.loop import assignment_period, load_graph  # noqa: E402
 
-from results_io import write_csv  # noqa: E402
+from results_io import read_csv, write_csv  # noqa: E402
 
 METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-random", "adaqp")
 PRESETS = PROJECTION_PRESETS
@@ -373,19 +372,9 @@ def read_rows(paths) -> list[dict]:
     (configuration and seed) present in several files is taken from the last one."""
     runs = {}
     for path in paths:
-        with open(path, newline="") as f:
-            for raw in csv.DictReader(f):
-                row = {}
-                for k, v in raw.items():
-                    if k in _TEXT_FIELDS:
-                        row[k] = v
-                    elif k in _INT_FIELDS:
-                        row[k] = int(v)
-                    else:
-                        row[k] = float(v) if v != "" else float("nan")
-                runs[(*_config_key(row), row["seed"])] = row
+        for row in read_csv(path, ints=_INT_FIELDS, texts=_TEXT_FIELDS):
+            runs[(*_config_key(row), row["seed"])] = row
     return list(runs.values())
-
 
 if __name__ == "__main__":
     main()

@@ -70,7 +70,7 @@ from jaxgraph.train import (  # noqa: E402
 )
 from jaxgraph.train.loop import load_graph  # noqa: E402
 
-from results_io import write_csv  # noqa: E402
+from results_io import read_csv, write_csv  # noqa: E402
 
 METHODS = (
     "cagnet",
@@ -179,6 +179,16 @@ def run_one(args, graph, dataset: str, layers: int, parts: int, method: str) -> 
         "median_epoch_time": summary["median_epoch_time"],
         "wall_time": summary["wall_time"],
     }
+
+
+# What run_one measures (the relative columns are derived from these by add_relative).
+BASE_FIELDS = (
+    "dataset", "layers", "parts", "method", "layout", "seed", "epochs", "test_acc",
+    "best_epoch", "bytes_per_epoch", "backward_bytes", "control_bytes",
+    "layer0_forward_bytes", "cache_bytes_per_device", "median_epoch_time", "wall_time",
+)  # fmt: skip
+_INT_FIELDS = ("layers", "parts", "seed", "epochs", "best_epoch")
+_TEXT_FIELDS = ("dataset", "method", "layout")
 
 
 def add_relative(rows: list[dict]) -> None:
@@ -342,6 +352,12 @@ def main(argv=None) -> None:
         "--quick", action="store_true", help="Cora, GCN-2, P=4, 60 epochs, 10-epoch warm-up"
     )
     p.add_argument("--out", type=Path, help="output prefix: <out>.csv, .md, .png, _schedule.png")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in <out>.csv and run only the missing ones (other "
+        "settings must not change)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.layers, args.parts, args.epochs = ["cora"], [2], [4], 60
@@ -354,11 +370,21 @@ def main(argv=None) -> None:
 
     rows, graphs = [], {}
     csv_path = args.out.with_name(args.out.name + ".csv") if args.out else None
+    if args.resume and csv_path is not None and csv_path.exists():
+        rows = [
+            {k: v for k, v in r.items() if k in BASE_FIELDS}
+            for r in read_csv(csv_path, ints=_INT_FIELDS, texts=_TEXT_FIELDS)
+        ]
+        add_relative(rows)
+        print(f"resuming: {len(rows)} runs already in {csv_path}", flush=True)
+    done = {(r["dataset"], r["layers"], r["parts"], r["method"]) for r in rows}
     for dataset in args.datasets:
         graphs[dataset] = load_graph(data_config(dataset))
         for layers in args.layers:
             for parts in args.parts:
                 for method in args.methods:
+                    if (graphs[dataset].name, layers, parts, method) in done:
+                        continue
                     t0 = time.perf_counter()
                     row = run_one(args, graphs[dataset], dataset, layers, parts, method)
                     rows.append(row)
@@ -378,6 +404,7 @@ def main(argv=None) -> None:
     met = [r for r in rows if r.get("goal_met")]
     print(f"goal met by {len(met)} of {sum('goal_met' in r for r in rows)} runs")
     if args.out:
+        args.out.with_name(args.out.name + ".md").write_text(header(args) + table + "\n")
         plot(rows, args.out.with_name(args.out.name + ".png"))
         dataset, layers, parts = args.datasets[0], args.layers[0], args.parts[-1]
         t0 = time.perf_counter()
