@@ -376,5 +376,6 @@ def read_rows(paths) -> list[dict]:
             runs[(*_config_key(row), row["seed"])] = row
     return list(runs.values())
 
+
 if __name__ == "__main__":
     main()
