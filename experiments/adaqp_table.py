@@ -61,9 +61,12 @@ PRESETS = PROJECTION_PRESETS
 
 
 def data_config(name: str, seed: int) -> DataConfig:
-    if name == "sbm":  # degree-corrected SBM: power-law degrees, class-dependent features
+    """A bundled dataset, or ``sbm`` / ``sbm<N>``: a degree-corrected SBM (power-law degrees,
+    class-dependent features) of 10,000 or ``N`` nodes, average degree 10."""
+    if name.startswith("sbm"):
+        nodes = int(name[3:]) if name[3:].isdigit() else 10_000
         return DataConfig(
-            name="sbm", num_nodes=10_000, avg_degree=10, num_features=64, num_classes=5, seed=0
+            name="sbm", num_nodes=nodes, avg_degree=10, num_features=64, num_classes=5, seed=0
         )
     return DataConfig(name=name, seed=0)
 
@@ -160,11 +163,12 @@ def _config_key(row: dict) -> tuple:
 
 
 def markdown(rows: list[dict]) -> str:
-    keys = []
-    for r in rows:
-        k = _config_key(r)
-        if k not in keys:
-            keys.append(k)
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))  # first-seen order
+    order = {m: i for i, m in enumerate(METHODS)}
+    keys = sorted(
+        {_config_key(r) for r in rows},
+        key=lambda k: (datasets.index(k[0]), k[1], k[2], order.get(k[3], len(order)), *k[4:]),
+    )
     lines = [
         "| dataset | model | P | method | λ | group | period | seeds | test acc "
         "| bytes/epoch vs vanilla | CPU epoch (s) | proj. comm 10GbE (ms) | proj. comm PCIe3 (ms) "
