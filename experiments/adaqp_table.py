@@ -191,7 +191,9 @@ def markdown(rows: list[dict]) -> str:
         periodic = k[3] in ("adaqp", "quant-random")  # re-assigned (and re-jitted) per period
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4] if adaptive else ''} | "
-            f"{k[5] if adaptive else ''} | {k[6] if periodic else ''} | {len(sel)} | "
+            f"{k[5] if adaptive else ''} | "
+            f"{(f'{k[6]}' + (f' (lookahead {k[7]})' if k[7] else '')) if periodic else ''} | "
+            f"{len(sel)} | "
             f"{acc:.1f} ± {std:.1f} | {ratio:.3f} | "
             f"{statistics.median(r['median_epoch_time'] for r in sel):.3f} | "
             f"{1e3 * statistics.mean(r['proj_10gbe'] for r in sel):.2f} | "
