@@ -65,6 +65,16 @@ def test_bench_walks_quick():
     assert "deepwalk" in out and "node2vec" in out
 
 
+def test_fabc_table_quick(tmp_path):
+    prefix = tmp_path / "fabc"
+    out = _run("fabc_table.py", "--quick", "--out", str(prefix))
+    rows = json.loads(prefix.with_name("fabc_quick.json").read_text())["rows"]
+    assert {r["graph"] for r in rows} == {"cora", "blogcatalog"} and len(rows) == 6
+    assert all(r["roundtrip_ok"] and 0 < r["chosen"] <= 1.0 for r in rows), out
+    # Eq. 7 predicts the measured ratio of the chosen k exactly (full-length walks, 8 | L).
+    assert all(abs(r["chosen"] - r["predicted"]) < 1e-9 for r in rows)
+
+
 def test_bench_quant_quick():
     out = _run("bench_quant.py", "--quick")
     assert "copy" in out.lower()

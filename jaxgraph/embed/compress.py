@@ -64,6 +64,7 @@ import jax
 import numpy as np
 from numba import njit, prange
 
+from jaxgraph.embed.sync import padded_size
 from jaxgraph.embed.walks import PAD, Walks
 
 Scope = Literal["walk", "corpus"]
@@ -322,8 +323,36 @@ def encode(
     return CompressedWalks(ids, bitmaps, residual, lengths.copy(), int(length))
 
 
+def pad_to_bucket(compressed: CompressedWalks) -> CompressedWalks:
+    """``compressed`` with its walk count and residual length rounded up to a size class
+    (:func:`jaxgraph.embed.sync.padded_size`: at most 16 sizes per octave, under 1/8 extra).
+
+    Added walks have length 0, no hot ids and empty bitmaps; the residual gains trailing zeros
+    that no walk reads. Decoding the result and keeping the first ``num_walks`` rows gives the
+    same walks as decoding ``compressed``.
+    """
+    c = compressed
+    w, r = c.num_walks, int(c.residual.shape[0])
+    w_pad = padded_size(w) if w else 0
+    r_pad = padded_size(r) if r else 0
+    if (w_pad, r_pad) == (w, r):
+        return c
+    extra = w_pad - w
+    hot = c.hot_ids
+    if hot.shape[0] > 1:  # per-walk hot ids; a [1, k] hot set is shared by the added walks too
+        hot = np.concatenate([hot, np.full((extra, hot.shape[1]), PAD, hot.dtype)])
+    return CompressedWalks(
+        hot,
+        np.concatenate([c.bitmaps, np.zeros((extra, *c.bitmaps.shape[1:]), np.uint8)]),
+        np.concatenate([c.residual, np.zeros(r_pad - r, np.int32)]),
+        np.concatenate([c.lengths, np.zeros(extra, c.lengths.dtype)]),
+        c.walk_length,
+    )
+
+
 def decode_host(compressed: CompressedWalks) -> Walks:
-    """The NumPy inverse of :func:`encode`: ``decode_host(encode(w)) == w`` (padding ``-1``)."""
+    """The NumPy inverse of :func:`encode`: ``decode_host(encode(w)) == w`` (padding ``-1``).
+    Residual entries past the last walk's are ignored (:func:`pad_to_bucket`)."""
     c = compressed
     w, length = c.num_walks, c.walk_length
     nodes = np.full((w, length), PAD, np.int32)
@@ -338,7 +367,14 @@ def decode_host(compressed: CompressedWalks) -> Walks:
         ids = np.broadcast_to(np.asarray(c.hot_ids), (w, c.k))
         slot = bits.argmax(axis=1)
         nodes[hot] = np.take_along_axis(ids, slot, axis=1)[hot]
-    nodes[in_walk & ~hot] = np.asarray(c.residual)  # row-major order = walk, then position
+    residual = in_walk & ~hot
+    need = int(residual.sum())
+    if np.asarray(c.residual).shape[0] < need:
+        raise ValueError(
+            f"the residual holds {np.asarray(c.residual).shape[0]} ids, the walks need {need}"
+        )
+    # Row-major order = walk, then position; trailing entries (bucket padding) are not read.
+    nodes[residual] = np.asarray(c.residual)[:need]
     return Walks(nodes, lengths.copy())
 
 
@@ -406,12 +442,17 @@ class FabcConfig:
       k: hot ranks; None chooses it by Eq. 8 on the first round's corpus (then kept).
       k_max: upper bound for the Eq. 8 choice.
       interpret: decode with the Pallas kernel in interpret mode (CPU tests only).
+      bucket: pad each round's walk count and residual length to a size class
+        (:func:`pad_to_bucket`) before the transfer, so that the decode compiles once per size
+        class instead of once per round (the active set, hence the corpus shape, changes every
+        round). The padding moves with the corpus and is counted in ``sent_bytes``.
     """
 
     scope: Scope = "walk"
     k: int | None = None
     k_max: int = 8
     interpret: bool = False
+    bucket: bool = True
 
     def __post_init__(self):
         _check_scope(self.scope)
@@ -423,13 +464,15 @@ class FabcConfig:
 
 @dataclasses.dataclass
 class CodecStats:
-    """One round's transfer: ``raw_bytes`` (``S_0``), ``sent_bytes`` (``S(k)``), ``k`` and the
-    seconds of encode + transfer + decode."""
+    """One round's transfer: ``raw_bytes`` (``S_0``), ``sent_bytes`` (what moved host ->
+    device: ``S(k)`` plus any bucket padding), ``k``, the seconds of encode + transfer + decode
+    and ``payload_bytes`` (``S(k)``, Eq. 6)."""
 
     raw_bytes: int
     sent_bytes: int
     k: int
     seconds: float
+    payload_bytes: int = 0
 
 
 class WalkCodec:
@@ -477,11 +520,17 @@ class WalkCodec:
         """
         t0 = time.perf_counter()
         compressed = self.encode(walks)
-        on_device = jax.device_put(compressed, self.device)
+        sent = pad_to_bucket(compressed) if self.config.bucket else compressed
+        on_device = jax.device_put(sent, self.device)
         nodes, lengths = decode_on_device(on_device, interpret=self.config.interpret)
-        decoded = Walks(np.asarray(nodes), np.asarray(lengths))
+        w = compressed.num_walks
+        decoded = Walks(np.asarray(nodes)[:w], np.asarray(lengths)[:w])
         stats = CodecStats(
-            raw_bytes(walks), compressed.nbytes, compressed.k, time.perf_counter() - t0
+            raw_bytes(walks),
+            sent.nbytes,
+            compressed.k,
+            time.perf_counter() - t0,
+            payload_bytes=compressed.nbytes,
         )
         return decoded, stats
 

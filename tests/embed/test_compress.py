@@ -20,11 +20,13 @@ from jaxgraph.embed.compress import (
     encode,
     eq6_bytes,
     frequency_profile,
+    pad_to_bucket,
     predicted_ratio,
     ratio_table,
 )
 from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.skipgram import SkipGramConfig
+from jaxgraph.embed.sync import padded_size
 from jaxgraph.embed.walks import PAD, WalkConfig, Walks, random_walks
 from jaxgraph.mesh import make_mesh
 
@@ -196,7 +198,9 @@ def test_codec_profiles_once_and_reuses_k():
     out, stats = codec.transfer(w0)
     np.testing.assert_array_equal(out.nodes, w0.nodes)
     assert codec.k == choose_k(frequency_profile(w0), 20, 20.0) and codec.k >= 1
-    assert stats.sent_bytes == encode(w0, codec.k).nbytes < stats.raw_bytes
+    payload = encode(w0, codec.k).nbytes
+    assert stats.payload_bytes == payload < stats.raw_bytes
+    assert payload <= stats.sent_bytes == pad_to_bucket(encode(w0, codec.k)).nbytes
     w1 = random_walks(g, np.arange(50), cfg, seed=0, round_index=1)
     out, _ = codec.transfer(w1)
     np.testing.assert_array_equal(out.nodes, w1.nodes)
@@ -207,6 +211,40 @@ def test_codec_profiles_once_and_reuses_k():
     out, _ = corpus.transfer(w1)  # the first round's hot set is kept
     np.testing.assert_array_equal(corpus.hot_ids, hot)
     np.testing.assert_array_equal(out.nodes, w1.nodes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(corpora(), st.integers(0, 3), st.sampled_from(["walk", "corpus"]))
+def test_bucket_padding_decodes_to_the_same_walks(walks, k, scope):
+    c = encode(walks, k, scope=scope)
+    p = pad_to_bucket(c)
+    w, r = c.num_walks, c.residual.shape[0]
+    assert p.num_walks == (padded_size(w) if w else 0)
+    assert p.residual.shape[0] == (padded_size(r) if r else 0)
+    assert p.nbytes - c.nbytes <= (c.nbytes + 7) // 8 + p.hot_ids.nbytes
+    back = decode_host(p)
+    np.testing.assert_array_equal(back.nodes[:w], walks.nodes)
+    np.testing.assert_array_equal(back.lengths[:w], walks.lengths)
+    assert (back.lengths[w:] == 0).all()
+
+
+def test_codec_decode_compiles_once_per_size_class():
+    """Rounds whose corpora differ in walk count and residual length but fall in one size
+    class reuse the compiled decode; without buckets each shape compiles anew."""
+    from pallas_kernels.bitmap import decode
+
+    for bucket, expected in ((True, 1), (False, 3)):
+        codec = WalkCodec(FabcConfig(k=1, bucket=bucket))
+        before = decode._cache_size()
+        for n in (97, 99, 101):  # 97..101 walks -> 104; residual 3n = 291..303 -> 320
+            w = _walks([[0, 1, 0, 2, 3 + n]] * n, 5)
+            out, stats = codec.transfer(w)
+            np.testing.assert_array_equal(out.nodes, w.nodes)
+            assert stats.payload_bytes == encode(w, 1).nbytes
+            assert (
+                stats.sent_bytes == (pad_to_bucket(encode(w, 1)) if bucket else encode(w, 1)).nbytes
+            )
+        assert decode._cache_size() - before == expected
 
 
 def test_errors():
