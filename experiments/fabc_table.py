@@ -14,8 +14,8 @@ whose walks backtrack; node2vec exploring outwards, ``p = 4, q = 0.25``) one wal
 Timings exclude numba and XLA compilation (the top-k encodes warm numba up; the decode is
 compiled for the corpus's shape before it is timed).
 
-    python experiments/fabc_table.py --quick         # Cora + BlogCatalog, L = 40
-    python experiments/fabc_table.py                 # + PubMed, ca-AstroPh, R-MAT 2^20 nodes, L = 80
+    python experiments/fabc_table.py --quick    # Cora + BlogCatalog, L = 40
+    python experiments/fabc_table.py            # + PubMed, ca-AstroPh, R-MAT 2^20 nodes, L = 80
 """
 
 from __future__ import annotations

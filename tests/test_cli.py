@@ -13,10 +13,36 @@ CONFIGS = sorted((Path(__file__).parents[1] / "experiments" / "configs").glob("*
 
 def test_two_epoch_training_run(tmp_path, capsys):
     """Two epochs of adaptive quantization: epoch 2 runs on a solved assignment."""
-    rc = main(["train", "--dataset", "sbm", "--nodes", "400", "--model", "sage", "--parts", "4",
-               "--epochs", "2", "--hidden", "16", "--no-progress", "--workdir", str(tmp_path),
-               "--method", "adaqp", "--assign-period", "1", "--lam", "0.2", "--group-size", "8",
-               "--interconnect", "nvlink3:2:10gbe"])
+    rc = main(
+        [
+            "train",
+            "--dataset",
+            "sbm",
+            "--nodes",
+            "400",
+            "--model",
+            "sage",
+            "--parts",
+            "4",
+            "--epochs",
+            "2",
+            "--hidden",
+            "16",
+            "--no-progress",
+            "--workdir",
+            str(tmp_path),
+            "--method",
+            "adaqp",
+            "--assign-period",
+            "1",
+            "--lam",
+            "0.2",
+            "--group-size",
+            "8",
+            "--interconnect",
+            "nvlink3:2:10gbe",
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["epochs"] == 2 and summary["parts"] == 4 and summary["model"] == "sage"
@@ -40,8 +66,10 @@ def test_partition_report_and_heatmap(tmp_path, capsys):
     ("argv", "message"),
     [
         (["train", "--dataset", "nope", "--epochs", "1"], "unknown dataset 'nope'"),
-        (["train", "--dataset", "sbm", "--nodes", "300", "--parts", "16", "--epochs", "1"],
-         "xla_force_host_platform_device_count"),
+        (
+            ["train", "--dataset", "sbm", "--nodes", "300", "--parts", "16", "--epochs", "1"],
+            "xla_force_host_platform_device_count",
+        ),
         (["train", "--config", "missing.toml"], "cannot read config file missing.toml"),
         (["train", "--method", "adaqp", "--lam", "2"], "lam must lie in [0, 1], got 2"),
         (["train", "--method", "adaqp", "--interconnect", "56k"], "unknown interconnect '56k'"),
