@@ -51,10 +51,15 @@ def _metrics(workdir):
     return [json.loads(line) for line in lines]
 
 
-def _assert_same_run(multi, single):
-    """Per-epoch metrics of a 2 x 4 run equal the 1 x 8 run's (losses to fp32 rounding)."""
+def _assert_same_run(multi, single, *, first_exact=True):
+    """Per-epoch metrics of a 2 x 4 run equal the 1 x 8 run's (losses to fp32 rounding).
+
+    ``first_exact``: the first epoch's loss, before any reduced gradient is applied, is also
+    bit-identical. This holds when both compiled programs reduce the per-device losses in
+    the same order; it is a property of the two programs, not of the exchange."""
     assert [r["epoch"] for r in multi] == [r["epoch"] for r in single]
-    assert multi[0]["loss"] == single[0]["loss"]  # no reduced gradient applied yet
+    if first_exact:
+        assert multi[0]["loss"] == single[0]["loss"]  # no reduced gradient applied yet
     for m, s in zip(multi, single, strict=True):
         for key in ("loss", "val_loss"):
             np.testing.assert_allclose(m[key], s[key], rtol=RTOL, err_msg=f"epoch {m['epoch']}")
@@ -62,14 +67,14 @@ def _assert_same_run(multi, single):
             assert m.get(key) == s.get(key), (key, m["epoch"])
 
 
-def _run_both(tmp_path, args):
+def _run_both(tmp_path, args, *, first_exact=True):
     multi, single = tmp_path / "2x4", tmp_path / "1x8"
     done = _launch(multi, [*args, "--workdir", str(multi)])
     assert done.returncode == 0, done.stderr
     # Process 0's summary, without Gloo chatter; a solver's banner (C-level) may precede it.
     summary = json.loads(done.stdout[done.stdout.index("{\n") :])
     assert main([*args, "--workdir", str(single)]) == 0
-    _assert_same_run(_metrics(multi), _metrics(single))
+    _assert_same_run(_metrics(multi), _metrics(single), first_exact=first_exact)
     return summary, json.loads((single / "summary.json").read_text())
 
 
@@ -130,6 +135,21 @@ def test_adaqp_two_processes_equal_one(tmp_path, capsys):
     summary, reference = _run_both(tmp_path, args)
     assert summary["compiled_steps"] == reference["compiled_steps"] == 2
     assert "widths" in _metrics(tmp_path / "2x4")[2]
+
+
+@pytest.mark.slow
+def test_adaqp_lookahead_two_processes_equal_one(tmp_path, capsys):
+    """With a lookahead, process 0 solves one epoch before each boundary; the assignment
+    travels in ``next_bits`` and every process installs the same one at the boundary."""
+    args = [*TRAIN, "--epochs", "5", "--method", "adaqp", "--assign-period", "2"]
+    args += ["--group-size", "8", "--interconnect", "nvlink3:2:10gbe", "--lookahead", "1"]
+    # The first epoch's losses were seen to differ by one ulp here (another reduction order
+    # in the compiled programs); every epoch is compared to fp32 rounding, bytes and
+    # widths exactly.
+    summary, reference = _run_both(tmp_path, args, first_exact=False)
+    assert summary["compiled_steps"] == reference["compiled_steps"] >= 2
+    multi = _metrics(tmp_path / "2x4")
+    assert [r.get("solved_at") for r in multi if "widths" in r] == [2, 4]
 
 
 @pytest.mark.slow
