@@ -27,6 +27,7 @@ against projected communication time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 
 os.environ["XLA_FLAGS"] = (
@@ -215,9 +216,20 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    configs = sorted({(r["dataset"], r["model"], r["parts"]) for r in rows})
-    fig, axes = plt.subplots(1, len(configs), figsize=(4 * len(configs), 3.2), squeeze=False)
-    for ax, (ds, model, parts) in zip(axes[0], configs, strict=True):
+    # One row of panels per (model, P), one column per dataset.
+    datasets = sorted({r["dataset"] for r in rows})
+    settings = sorted({(r["model"], r["parts"]) for r in rows})
+    fig, axes = plt.subplots(
+        len(settings),
+        len(datasets),
+        figsize=(4 * len(datasets), 3.2 * len(settings)),
+        squeeze=False,
+    )
+    for (i, (model, parts)), (j, ds) in itertools.product(enumerate(settings), enumerate(datasets)):
+        ax = axes[i][j]
+        if not any((r["dataset"], r["model"], r["parts"]) == (ds, model, parts) for r in rows):
+            ax.set_axis_off()
+            continue
         for method in METHODS:
             sel = [
                 r
@@ -233,9 +245,10 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{ds} {model} P={parts}")
         ax.set_xlabel("projected comm / epoch, 10GbE (ms)")
         ax.set_ylabel("test accuracy (%)")
-    axes[0][-1].legend(fontsize=7)
+    next(ax for ax in axes.flat if ax.has_data()).legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main(argv=None) -> None:
