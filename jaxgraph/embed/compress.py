@@ -520,19 +520,28 @@ class WalkCodec:
         """
         t0 = time.perf_counter()
         compressed = self.encode(walks)
-        sent = pad_to_bucket(compressed) if self.config.bucket else compressed
-        on_device = jax.device_put(sent, self.device)
-        nodes, lengths = decode_on_device(on_device, interpret=self.config.interpret)
-        w = compressed.num_walks
-        decoded = Walks(np.asarray(nodes)[:w], np.asarray(lengths)[:w])
+        decoded, sent = self.decode(compressed)
         stats = CodecStats(
             raw_bytes(walks),
-            sent.nbytes,
+            sent,
             compressed.k,
             time.perf_counter() - t0,
             payload_bytes=compressed.nbytes,
         )
         return decoded, stats
+
+    def decode(self, compressed: CompressedWalks) -> tuple[Walks, int]:
+        """Moves ``compressed`` (padded to its size class when ``config.bucket``) to the
+        device and decodes it there.
+
+        Returns:
+          the walks as host arrays and the bytes moved host -> device.
+        """
+        sent = pad_to_bucket(compressed) if self.config.bucket else compressed
+        on_device = jax.device_put(sent, self.device)
+        nodes, lengths = decode_on_device(on_device, interpret=self.config.interpret)
+        w = compressed.num_walks
+        return Walks(np.asarray(nodes)[:w], np.asarray(lengths)[:w]), sent.nbytes
 
 
 # ---------------------------------------------------------------------- kernels

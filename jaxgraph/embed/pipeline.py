@@ -55,7 +55,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from jaxgraph.embed.compress import CompressedWalks, decode_on_device, raw_bytes
+from jaxgraph.embed.compress import CompressedWalks, raw_bytes
 from jaxgraph.embed.feedback import update_active_set
 from jaxgraph.embed.walks import Walks, random_walks
 
@@ -330,10 +330,7 @@ class RoundRunner:
         t = time.perf_counter()
         sent = raw = corpus.raw_bytes
         if isinstance(corpus.payload, CompressedWalks):
-            on_device = jax.device_put(corpus.payload, self.codec.device)
-            nodes, lengths = decode_on_device(on_device, interpret=self.codec.config.interpret)
-            walks = Walks(np.asarray(nodes), np.asarray(lengths))
-            sent = corpus.payload.nbytes
+            walks, sent = self.codec.decode(corpus.payload)
             seconds_codec = self._span(r, "decode", t)
         else:
             walks, seconds_codec = corpus.payload, 0.0
