@@ -30,11 +30,10 @@ import numpy as np
 
 from jaxgraph.data import load_dataset, rmat
 from jaxgraph.embed.compress import (
-    choose_k,
     decode_on_device,
     encode,
     frequency_profile,
-    predicted_ratio,
+    ratio_table,
     raw_bytes,
 )
 from jaxgraph.embed.walks import WalkConfig, Walks, random_walks
@@ -52,24 +51,28 @@ def load(name: str, rmat_scale: int):
     return load_dataset(name)
 
 
-def measure(walks: Walks, k_max: int = 8) -> dict:
-    """Ratios, chosen k and codec throughput of one corpus."""
-    length = int(np.asarray(walks.nodes).shape[1])
-    mean = walks.num_tokens / walks.num_walks
+def measure(walks: Walks) -> dict:
+    """Ratios (:func:`ratio_table`, per walk and corpus-wide), the per-walk frequency profile
+    and the codec throughput of one corpus."""
     raw = raw_bytes(walks)
-    out: dict = {"walks": walks.num_walks, "tokens": walks.num_tokens, "raw_mb": raw / 1e6}
-    profile = frequency_profile(walks, "walk")
-    out["p1_p3"] = [float(x) for x in profile[:3]]
-    for j in (1, 2, 3):
-        out[f"top{j}"] = encode(walks, j).nbytes / raw
-    k = choose_k(profile, length, mean, k_max=k_max)
-    out["chosen_k"] = int(k)
-    out["predicted"] = predicted_ratio(profile, k, length, mean)
-
+    per_walk = ratio_table(walks)
+    corpus = ratio_table(walks, ks=(), scope="corpus")
+    k = int(per_walk["chosen_k"])
+    out: dict = {
+        "walks": walks.num_walks,
+        "tokens": walks.num_tokens,
+        "raw_mb": raw / 1e6,
+        "p1_p3": [float(x) for x in frequency_profile(walks)[:3]],
+        **{f"top{j}": per_walk[f"top{j}"] for j in (1, 2, 3)},
+        "chosen_k": k,
+        "chosen": per_walk["chosen"],
+        "predicted": per_walk["predicted_chosen"],
+        "corpus_chosen_k": int(corpus["chosen_k"]),
+        "corpus_chosen": corpus["chosen"],
+    }
     t0 = time.perf_counter()
     comp = encode(walks, k)
     out["encode_s"] = time.perf_counter() - t0
-    out["chosen"] = comp.nbytes / raw
     on_device = jax.device_put(comp)
     jax.block_until_ready(on_device)
     decode_on_device(on_device)[0].block_until_ready()  # compile for this shape
@@ -79,15 +82,10 @@ def measure(walks: Walks, k_max: int = 8) -> dict:
     out["decode_s"] = time.perf_counter() - t0
     ref = np.asarray(walks.nodes)
     valid = np.arange(ref.shape[1])[None, :] < np.asarray(walks.lengths)[:, None]
-    got = np.asarray(nodes)
     out["roundtrip_ok"] = bool(
         np.array_equal(np.asarray(lengths), np.asarray(walks.lengths))
-        and np.array_equal(got[valid], ref[valid])
+        and np.array_equal(np.asarray(nodes)[valid], ref[valid])
     )
-    corpus_profile = frequency_profile(walks, "corpus")
-    kc = choose_k(corpus_profile, length, mean, k_max=k_max)
-    out["corpus_chosen_k"] = int(kc)
-    out["corpus_chosen"] = encode(walks, kc, scope="corpus").nbytes / raw
     return out
 
 

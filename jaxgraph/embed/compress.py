@@ -367,14 +367,13 @@ def decode_host(compressed: CompressedWalks) -> Walks:
         ids = np.broadcast_to(np.asarray(c.hot_ids), (w, c.k))
         slot = bits.argmax(axis=1)
         nodes[hot] = np.take_along_axis(ids, slot, axis=1)[hot]
-    residual = in_walk & ~hot
-    need = int(residual.sum())
-    if np.asarray(c.residual).shape[0] < need:
-        raise ValueError(
-            f"the residual holds {np.asarray(c.residual).shape[0]} ids, the walks need {need}"
-        )
+    at = in_walk & ~hot
+    residual = np.asarray(c.residual)
+    need = int(at.sum())
+    if residual.shape[0] < need:
+        raise ValueError(f"the residual holds {residual.shape[0]} ids, the walks need {need}")
     # Row-major order = walk, then position; trailing entries (bucket padding) are not read.
-    nodes[residual] = np.asarray(c.residual)[:need]
+    nodes[at] = residual[:need]
     return Walks(nodes, lengths.copy())
 
 
