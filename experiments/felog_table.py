@@ -3,18 +3,23 @@ and one ablation per FeLoG component.
 
 Rows (every run on the same walker, trainer and learning-rate schedule):
 
-* ``deepwalk``: feedback off, raw corpus, full-table sync, sequential loop.
-* ``felog``: FeeST (active set), FaBC (compressed corpus, decoded on the device), HaSyn
+* ``deepwalk``: feedback off, raw corpus, skip-gram pairs built on the host and moved to the
+  devices (word2vec's data path), full-table sync, sequential loop.
+* ``felog``: FeeST (active set), FaBC (compressed corpus, decoded on the device, where the
+  skip-gram pairs are built: only the compressed corpus and 8 bytes per walk cross), HaSyn
   (hotspot sync) and RiPP (``deterministic`` pipeline, lag 1).
-* ``-FeeST`` / ``-FaBC`` / ``-HaSyn`` / ``-RiPP``: ``felog`` without that component (``-RiPP``
+* ``-FeeST`` / ``-FaBC`` / ``-HaSyn`` / ``-RiPP``: ``felog`` without that component (``-FaBC``
+  moves the raw walks, still building the pairs on the device; ``-RiPP``
   runs the sequential schedule with the same lag, so its embeddings equal ``felog``'s and only
   the time differs).
 
-Columns: time (round loop, compilation excluded), speed-up over ``deepwalk``, tokens, corpus
-bytes host -> device (compressed when FaBC is on, else the raw ``4 T``), bytes one replica
+Columns: time (round loop, compilation excluded), speed-up over ``deepwalk``, tokens, bytes
+host -> device for training (the corpus, compressed when FaBC is on, plus the trainer's input:
+pair buffers of 12 bytes per pair slot, or walk rows, lengths and stream ids), beside the raw
+corpus ``4 T``, bytes one replica
 all-reduces in syncs, busy fractions of the round loop from the per-operator trace (host
 stages: walk, encode, corpus checkpoint; trainer stages: decode, train, where "train" includes
-the skip-gram pair generation on the host, so it is not device time alone), and quality:
+the host pair generation of ``deepwalk``, so it is not device time alone), and quality:
 Micro/Macro-F1 at 50 % labelled (BlogCatalog), link-prediction AUC (dot product) on a 50 % edge
 split (ca-AstroPh).
 
@@ -30,6 +35,7 @@ CPU-sized (2 cores)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -56,6 +62,7 @@ def variants(args):
     felog = base.replace(
         method="felog",
         feedback=VARIANTS["felog"],
+        sgns=dataclasses.replace(base.sgns, pairs="device"),
         compress=FabcConfig(),
         sync=HotspotSync(),
         pipeline=RIPP,
@@ -71,11 +78,11 @@ def variants(args):
 
 
 def _row(name, res, dim):
-    sent = sum(r.walk_bytes_sent if r.walk_bytes_sent else 4 * r.tokens for r in res.rounds)
+    summary = res.summary()
     return {
         "method": name,
-        **res.summary(),
-        "bytes_host_to_device": sent,
+        **summary,
+        "bytes_host_to_device": summary["host_to_device_bytes"],
         "bytes_raw": 4 * res.tokens,
         "bytes_sync": sync_bytes(sum(r.sync_rows for r in res.rounds), dim),
         "busy_host": busy_fractions(res.trace, HOST_OPS),
@@ -142,7 +149,7 @@ def markdown(results) -> str:
         lines += [
             f"## {name}",
             "",
-            f"| method | rounds | time s | speed-up | tokens | host->device MB (raw) "
+            f"| method | rounds | time s | speed-up | tokens | host->device MB (raw corpus) "
             f"| sync MB | busy host | busy trainer | {metric} |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]

@@ -119,6 +119,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--sync-every", type=int, default=64)
     ep.add_argument("--merge", default="mean", help="replica merge: mean or sum")
     ep.add_argument(
+        "--pairs",
+        default="host",
+        help="where skip-gram pairs are built: host (moved to the devices) or device (the walks "
+        "move; same pairs)",
+    )
+    ep.add_argument(
         "--sync",
         default="all",
         help="periodic replica sync: all (every row), hotspot (HaSyn) or random (as many rows)",

@@ -64,7 +64,8 @@ import jax
 import numpy as np
 from numba import njit, prange
 
-from jaxgraph.embed.sync import padded_size
+from jaxgraph.embed.device_pairs import DeviceWalks
+from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.walks import PAD, Walks
 
 Scope = Literal["walk", "corpus"]
@@ -325,7 +326,7 @@ def encode(
 
 def pad_to_bucket(compressed: CompressedWalks) -> CompressedWalks:
     """``compressed`` with its walk count and residual length rounded up to a size class
-    (:func:`jaxgraph.embed.sync.padded_size`: at most 16 sizes per octave, under 1/8 extra).
+    (:func:`jaxgraph.embed.sizes.padded_size`: at most 16 sizes per octave, under 1/8 extra).
 
     Added walks have length 0, no hot ids and empty bitmaps; the residual gains trailing zeros
     that no walk reads. Decoding the result and keeping the first ``num_walks`` rows gives the
@@ -480,10 +481,10 @@ class WalkCodec:
     The first corpus fixes ``k`` (Eq. 8 unless configured) and, for ``scope="corpus"``, the hot
     ids; later rounds reuse them, as the seed does.
 
-    The trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) still builds its skip-gram
-    pairs on the host, so the decoded walks are read back from the device: the transfer is real
-    and measured, but it saves host -> device bytes only once pair generation moves to the
-    device.
+    With ``to_host=False`` the decoded walks stay on the device
+    (:class:`~jaxgraph.embed.device_pairs.DeviceWalks`), for a trainer that builds its skip-gram
+    pairs there (``SkipGramConfig(pairs="device")``): then only the compressed corpus crosses
+    from host to device. A host-pairs trainer needs them read back (``to_host=True``).
 
     Args:
       config: :class:`FabcConfig`.
@@ -529,17 +530,22 @@ class WalkCodec:
         )
         return decoded, stats
 
-    def decode(self, compressed: CompressedWalks) -> tuple[Walks, int]:
+    def decode(
+        self, compressed: CompressedWalks, *, to_host: bool = True
+    ) -> tuple[Walks | DeviceWalks, int]:
         """Moves ``compressed`` (padded to its size class when ``config.bucket``) to the
         device and decodes it there.
 
         Returns:
-          the walks as host arrays and the bytes moved host -> device.
+          the walks (host arrays, or with ``to_host=False`` left on the device, padding rows
+          included) and the bytes moved host -> device.
         """
         sent = pad_to_bucket(compressed) if self.config.bucket else compressed
         on_device = jax.device_put(sent, self.device)
         nodes, lengths = decode_on_device(on_device, interpret=self.config.interpret)
         w = compressed.num_walks
+        if not to_host:
+            return DeviceWalks(nodes, np.asarray(compressed.lengths, np.int32)), sent.nbytes
         return Walks(np.asarray(nodes)[:w], np.asarray(lengths)[:w]), sent.nbytes
 
 

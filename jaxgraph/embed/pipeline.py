@@ -330,7 +330,8 @@ class RoundRunner:
         t = time.perf_counter()
         sent = raw = corpus.raw_bytes
         if isinstance(corpus.payload, CompressedWalks):
-            walks, sent = self.codec.decode(corpus.payload)
+            on_host = self.trainer.config.pairs == "host"
+            walks, sent = self.codec.decode(corpus.payload, to_host=on_host)
             seconds_codec = self._span(r, "decode", t)
         else:
             walks, seconds_codec = corpus.payload, 0.0
@@ -353,6 +354,7 @@ class RoundRunner:
             seconds=0.0,
             next_active=corpus.active,
             source_round=corpus.source_round,
+            train_input_bytes=stats.input_bytes,
         )
         if self.codec is not None:
             entry.walk_bytes_raw, entry.walk_bytes_sent = raw, sent

@@ -137,6 +137,10 @@ class RoundLog:
     walk_bytes_sent: int = 0
     seconds_codec: float = 0.0
     source_round: int = -1  # the feedback round whose active set the walks started from
+    # Training input moved host -> device by the trainer: pair buffers (sgns.pairs="host") or
+    # walk rows (sgns.pairs="device"; 0 for walks decoded on the device, whose compressed
+    # corpus is walk_bytes_sent).
+    train_input_bytes: int = 0
 
 
 @dataclasses.dataclass
@@ -182,6 +186,9 @@ class EmbedResult:
             "tokens": self.tokens,
             "pairs": self.pairs,
             "pairs_per_s": self.pairs / max(sum(r.seconds_train for r in self.rounds), 1e-9),
+            "host_to_device_bytes": sum(
+                r.walk_bytes_sent + r.train_input_bytes for r in self.rounds
+            ),
         }
 
 
@@ -382,6 +389,7 @@ def run_cli(args) -> dict[str, Any]:
             batch_size=args.batch_size,
             sync_every=args.sync_every,
             merge=args.merge,
+            pairs=args.pairs,
         ),
         feedback=FeedbackConfig(
             mu=args.mu,

@@ -62,6 +62,17 @@ from jaxgraph.embed.corpus import (
     negative_weights,
     skipgram_pairs,
 )
+from jaxgraph.embed.device_pairs import (
+    MAX_WINDOW,
+    DeviceWalks,
+    device_counts,
+    gather_rows,
+    keep_thresholds,
+    key_words,
+    pair_capacity,
+    skipgram_pairs_device,
+)
+from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import place
 
@@ -85,7 +96,11 @@ class SkipGramConfig:
       sync_every: steps between two table syncs (a round always ends with a full merge).
       merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync) or ``"sum"``
         (every replica's change counts fully); see :func:`merge_rows`.
-      block_pairs: host memory bound: walks are cut into blocks of about this many pairs.
+      block_pairs: memory bound: walks are cut into blocks of about this many pairs.
+      pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
+        devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each
+        device builds the pairs of its walks; :mod:`jaxgraph.embed.device_pairs`). Both give
+        the same pairs in the same order, hence the same tables.
     """
 
     dim: int = 128
@@ -100,6 +115,7 @@ class SkipGramConfig:
     sync_every: int = 64
     merge: Literal["mean", "sum"] = "mean"
     block_pairs: int = 1 << 23
+    pairs: Literal["host", "device"] = "host"
 
     def __post_init__(self):
         for name in ("dim", "window", "negatives", "batch_size", "sync_every", "block_pairs"):
@@ -111,6 +127,10 @@ class SkipGramConfig:
             raise ValueError(f"lr_schedule must be 'round' or 'linear', got {self.lr_schedule!r}")
         if self.merge not in ("mean", "sum"):
             raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+        if self.pairs not in ("host", "device"):
+            raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
+        if self.pairs == "device" and self.window > MAX_WINDOW:
+            raise ValueError(f"pairs='device' needs window <= {MAX_WINDOW}, got {self.window}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
 
@@ -375,6 +395,110 @@ def train_program(mesh: Mesh, axis_name: str, negatives: int):
     )
 
 
+def _train_buffered(
+    tables,
+    inputs,
+    outputs,
+    count,
+    updates,
+    lr,
+    num_steps,
+    start,
+    first_step,
+    key,
+    accept,
+    alias,
+    *,
+    axis_name,
+    negatives,
+    batch,
+):
+    """:func:`_train_chunk` on steps ``start .. start + num_steps`` of pair buffers held on
+    the device (:func:`pairs_program`): step ``s`` reads pairs ``s B .. (s + 1) B`` of this
+    device's buffer, weight 0 from ``count`` on. ``updates`` accumulates the rows trained
+    (input and positive output row of every pair) per device.
+
+    Shapes (per device):
+      ``inputs, outputs: int32[1, M]`` with ``M >= (start + S) B``, ``count: int32[1]``,
+      ``updates: int32[1, N]``, ``lr: f32[S]``, ``start: int32[]`` (replicated), the rest as in
+      :func:`_train_chunk` -> ``(Tables, loss f32[1], updates)``.
+    """
+    size = lr.shape[0] * batch
+    lo = start * batch
+    x_in = jax.lax.dynamic_slice(inputs[0], (lo,), (size,))
+    x_out = jax.lax.dynamic_slice(outputs[0], (lo,), (size,))
+    at = lo + jnp.arange(size, dtype=jnp.int32)
+    live = (at < count[0]) & (at < lo + num_steps * batch)
+    shape = (1, lr.shape[0], batch)
+    tables, loss = _train_chunk(
+        tables,
+        x_in.reshape(shape),
+        x_out.reshape(shape),
+        live.astype(jnp.float32).reshape(shape),
+        lr,
+        num_steps,
+        first_step,
+        key,
+        accept,
+        alias,
+        axis_name=axis_name,
+        negatives=negatives,
+    )
+    hits = live.astype(jnp.int32)
+    updates = updates[0].at[x_in].add(hits).at[x_out].add(hits)
+    return tables, loss, updates[None]
+
+
+@functools.lru_cache(maxsize=32)
+def buffered_train_program(mesh: Mesh, axis_name: str, negatives: int, batch: int):
+    """The jitted :func:`_train_buffered` (tables and ``updates`` donated): ``train(tables,
+    inputs, outputs, count, updates, lr, num_steps, start, first_step, key, accept, alias) ->
+    (tables, loss f32[P], updates)``; buffers, counts and ``updates`` sharded on
+    ``axis_name``."""
+    shard, rep = P(axis_name), P()
+    return jax.jit(
+        jax.shard_map(
+            functools.partial(
+                _train_buffered, axis_name=axis_name, negatives=negatives, batch=batch
+            ),
+            mesh=mesh,
+            in_specs=(shard,) * 5 + (rep,) * 7,
+            out_specs=(shard, shard, shard),
+        ),
+        donate_argnums=(0, 4),
+    )
+
+
+def _device_pairs(nodes, lengths, ids, thresh_hi, thresh_lo, key, *, window, capacity, axis_name):
+    """Per device: ``nodes int32[1, W_p, L]``, ``lengths int32[1, W_p]``, ``ids uint32[1,
+    W_p]`` -> ``(inputs int32[1, M], outputs int32[1, M], count int32[1], all counts
+    int32[P])`` (the last replicated)."""
+    ins, outs, count = skipgram_pairs_device(
+        nodes[0], lengths[0], ids[0], thresh_hi, thresh_lo, key, window=window, capacity=capacity
+    )
+    # Every device's count, replicated (a one-hot psum: the result is mesh-invariant).
+    slot = jax.nn.one_hot(
+        jax.lax.axis_index(axis_name), jax.lax.axis_size(axis_name), dtype=jnp.int32
+    )
+    return ins[None], outs[None], count[None], jax.lax.psum(slot * count, axis_name)
+
+
+@functools.lru_cache(maxsize=32)
+def pairs_program(mesh: Mesh, axis_name: str, window: int, capacity: int):
+    """The jitted per-device pair builder: every device enumerates the skip-gram pairs of its
+    own walks (:func:`jaxgraph.embed.device_pairs.skipgram_pairs_device`) into a buffer of
+    ``capacity`` slots."""
+    shard, rep = P(axis_name), P()
+    return jax.jit(
+        jax.shard_map(
+            functools.partial(_device_pairs, window=window, capacity=capacity, axis_name=axis_name),
+            mesh=mesh,
+            in_specs=(shard, shard, shard, rep, rep, rep),
+            out_specs=(shard, shard, shard, rep),
+        )
+    )
+
+
 def _sync_tables_indexed(tables, anchor, index, *, axis_name, sync):
     """Shapes (per device): ``Tables(f32[1, N, d], f32[1, N, d])``, the same (or ``None``)
     anchor and ``index: int32[C]`` (replicated) -> tables and anchor."""
@@ -433,6 +557,9 @@ class RoundStats:
     loss: float
     seconds_pairs: float
     seconds: float
+    # Bytes of training input moved host -> device: the pair buffers (``pairs="host"``) or the
+    # walk rows (``pairs="device"``; 0 when the walks were decoded on a device already).
+    input_bytes: int = 0
 
 
 class SkipGramTrainer:
@@ -489,6 +616,9 @@ class SkipGramTrainer:
         self.periodic_syncs = 0  # keys the row draws of planned syncs
         self._planned = hasattr(self.sync, "plan")
         self._train = train_program(mesh, self.axis_name, config.negatives)
+        self._train_buffered = buffered_train_program(
+            mesh, self.axis_name, config.negatives, config.batch_size
+        )
         self._full_sync = sync_program(mesh, self.axis_name, AllSync(self.sync.merge))
         self._periodic_sync = (
             indexed_sync_program(mesh, self.axis_name, self.sync)
@@ -498,10 +628,27 @@ class SkipGramTrainer:
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
         self._step = 0  # global step counter: keys the negatives
+        self._input_bytes = 0  # training input moved host -> device, all rounds
         self._since_sync = 0
         self.tables = self._init(jax.random.key(seed))
+        self._updates = self._zero_updates() if config.pairs == "device" else None
         # The last merged value, for merge="sum" (a separate buffer: both are donated).
         self.anchor = self._copy(self.tables) if self.sync.needs_anchor else None
+
+    def _zero_updates(self) -> jax.Array:
+        """Per-device row-update counts of device-built pairs, ``int32[P, N]``."""
+        n, p = self.num_nodes, self.num_devices
+        return jax.jit(lambda: jnp.zeros((p, n), jnp.int32), out_shardings=self._shard)()
+
+    def _flush_updates(self) -> None:
+        """Adds the device-side update counts to the host counters and clears them."""
+        if self._updates is None:
+            return
+        total = jax.jit(lambda u: jnp.sum(u, axis=0), out_shardings=self._rep)(self._updates)
+        total = np.asarray(total).astype(np.int64)
+        self.update_counts += total
+        self.round_update_counts += total
+        self._updates = self._zero_updates()
 
     def _copy(self, tables: Tables) -> Tables:
         return jax.jit(
@@ -539,16 +686,31 @@ class SkipGramTrainer:
 
     # .................................................................. rounds
 
-    def train_round(self, walks: Walks, round_index: int) -> RoundStats:
+    def train_round(self, walks: Walks | DeviceWalks, round_index: int) -> RoundStats:
         """Trains one pass over ``walks`` at the round's learning rate, then merges the replicas.
 
         The walks are shuffled (seeded), cut into blocks of about ``block_pairs`` pairs and, in
         each block, split evenly over the devices; a device trains only on its own walks.
+        ``walks`` may already be on a device (:class:`DeviceWalks`, single-process runs); with
+        ``pairs="host"`` they are then read back.
         """
         t0 = time.perf_counter()
         cfg = self.config
         n, b = self.num_nodes, cfg.batch_size
-        round_counts = corpus_counts(walks, n)
+        if isinstance(walks, DeviceWalks):
+            if cfg.pairs == "host":
+                w = walks.num_walks
+                walks = Walks(np.asarray(walks.nodes)[:w], np.asarray(walks.lengths))
+            elif jax.process_count() > 1:
+                raise ValueError("walks on a device are for single-process runs: pass host walks")
+        if isinstance(walks, DeviceWalks):
+            lengths = np.zeros(walks.nodes.shape[0], np.int32)
+            lengths[: walks.num_walks] = walks.lengths
+            on = walks.nodes.sharding
+            counts = device_counts(walks.nodes, jax.device_put(lengths, on), num_nodes=n)
+            round_counts = np.asarray(counts).astype(np.int64)
+        else:
+            round_counts = corpus_counts(walks, n)
         self.counts += round_counts
         self.round_update_counts[:] = 0
         counts = self.counts if cfg.counts == "corpus" else self.degrees
@@ -561,6 +723,10 @@ class SkipGramTrainer:
         accept, alias = place_all(alias_table(negative_weights(counts)), self._rep)
         key = jax.random.fold_in(jax.random.key(self.seed), round_index)
         pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
+        device_args = None
+        if cfg.pairs == "device":
+            device_args = place_all((*keep_thresholds(keep), key_words(pair_key)), self._rep)
+        sent0 = self._input_bytes
         order = np.random.default_rng([self.seed, hr.PURPOSE_SHUFFLE, round_index]).permutation(
             walks.num_walks
         )
@@ -574,7 +740,12 @@ class SkipGramTrainer:
             if block.size == 0:
                 continue
             tp = time.perf_counter()
-            ins, outs, per_dev = self._block_pairs(walks, order[block], keep, pair_key)
+            if device_args is None:
+                ins, outs, per_dev = self._block_pairs(walks, order[block], keep, pair_key)
+                run = functools.partial(self._run, ins, outs, per_dev)
+            else:
+                buffers, per_dev = self._device_block_pairs(walks, order[block], device_args)
+                run = functools.partial(self._run_buffered, buffers)
             t_pairs += time.perf_counter() - tp
             steps = max(math.ceil(m / b) for m in per_dev)
             if steps == 0:
@@ -593,7 +764,7 @@ class SkipGramTrainer:
             start = 0
             while start < steps:
                 take = min(cfg.sync_every - self._since_sync, steps - start)
-                loss = self._run(ins, outs, per_dev, start, take, alphas, key, accept, alias)
+                loss = run(start, take, alphas, key, accept, alias)
                 losses.append(loss)
                 stats.steps += take
                 start += take
@@ -602,9 +773,11 @@ class SkipGramTrainer:
                     stats.sync_rows += self._sync_periodic()
                     stats.syncs += 1
                     self._since_sync = 0
+        self._flush_updates()
         # Round end: a full merge, so the feedback and the output read one table.
         self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
         self._since_sync = 0
+        stats.input_bytes = self._input_bytes - sent0
         stats.syncs += 1
         stats.sync_rows += 2 * n
         stats.loss = float(sum(float(jnp.sum(x)) for x in losses)) / max(stats.pairs, 1)
@@ -620,6 +793,7 @@ class SkipGramTrainer:
         if not self._planned:
             self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor)
             return self.sync.rows(self.num_nodes)
+        self._flush_updates()
         plan = self.sync.plan(self.update_counts, self.round_update_counts, sync_index, self.seed)
         if plan.index is None:
             self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
@@ -663,11 +837,65 @@ class SkipGramTrainer:
         self.round_update_counts += updates
         lr = np.zeros(cap, np.float32)
         lr[:take] = alphas[start : start + take]
+        self._input_bytes += x_in.nbytes + x_out.nbytes + x_w.nbytes
         x_in, x_out, x_w = place_all((x_in, x_out, x_w), self._shard)
         lr, num_steps, first = place_all((lr, np.int32(take), np.int32(self._step)), self._rep)
         self._step += take
         self.tables, loss = self._train(
             self.tables, x_in, x_out, x_w, lr, num_steps, first, key, accept, alias
+        )
+        return loss
+
+    def _device_block_pairs(self, walks, ids, device_args):
+        """Moves the walks ``ids`` to the devices (split as in :meth:`_block_pairs`) and builds
+        their pairs there: ``((inputs, outputs, counts), per_device_counts)`` with the buffers
+        ``int32[P, M]`` and ``counts int32[P]`` sharded over the mesh."""
+        cfg, p = self.config, self.num_devices
+        parts = np.array_split(ids, p)
+        wp = padded_size(max(1, max(part.size for part in parts)))
+        index = np.zeros((p, wp), np.int32)
+        lengths = np.zeros((p, wp), np.int32)  # padding rows have length 0: no pairs
+        for d, part in enumerate(parts):
+            index[d, : part.size] = part
+            lengths[d, : part.size] = walks.lengths[part]
+        if isinstance(walks, DeviceWalks):  # rows move device -> device
+            rows = gather_rows(walks.nodes, jax.device_put(index, walks.nodes.sharding))
+            nodes = jax.device_put(rows, self._shard)
+        else:
+            rows = np.asarray(walks.nodes)[index]
+            self._input_bytes += rows.nbytes
+            nodes = place(rows, self._shard)
+        self._input_bytes += lengths.nbytes + index.nbytes
+        lengths, ids_dev = place_all((lengths, index.astype(np.uint32)), self._shard)
+        length = nodes.shape[-1]
+        capacity = pair_capacity(wp, length, cfg.window) + cfg.sync_every * cfg.batch_size
+        build = pairs_program(self.mesh, self.axis_name, cfg.window, capacity)
+        inputs, outputs, counts, all_counts = build(nodes, lengths, ids_dev, *device_args)
+        return (inputs, outputs, counts), [int(c) for c in np.asarray(all_counts)]
+
+    def _run_buffered(self, buffers, start, take, alphas, key, accept, alias):
+        """:meth:`_run` on pair buffers built on the devices (same batches, same order)."""
+        cap = self.config.sync_every
+        lr = np.zeros(cap, np.float32)
+        lr[:take] = alphas[start : start + take]
+        lr, num_steps, first_step, step0 = place_all(
+            (lr, np.int32(take), np.int32(start), np.int32(self._step)), self._rep
+        )
+        self._step += take
+        inputs, outputs, counts = buffers
+        self.tables, loss, self._updates = self._train_buffered(
+            self.tables,
+            inputs,
+            outputs,
+            counts,
+            self._updates,
+            lr,
+            num_steps,
+            first_step,
+            step0,
+            key,
+            accept,
+            alias,
         )
         return loss
 

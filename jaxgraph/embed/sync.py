@@ -47,6 +47,7 @@ from typing import Literal, NamedTuple
 import jax
 import numpy as np
 
+from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.skipgram import Merge, Tables
 
 _PURPOSE_SYNC = 5  # host-stream purpose (jaxgraph.embed._hostrng uses 1..4)
@@ -98,12 +99,6 @@ def select_hotspots(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     sizes = np.diff(starts)
     pick = starts[:-1] + np.minimum((rng.random(sizes.size) * sizes).astype(np.int64), sizes - 1)
     return order[pick].astype(np.int32)
-
-
-def padded_size(n: int) -> int:
-    """``n`` rounded up to a multiple of ``next_pow2(n) / 16`` (``n >= 1``)."""
-    quantum = max(1, (1 << max(0, n - 1).bit_length()) // 16)
-    return -(-n // quantum) * quantum
 
 
 def _rng(seed: int, sync_index: int) -> np.random.Generator:

@@ -3,6 +3,7 @@ k, measured compression ratios, and an embedding run that is identical with comp
 off."""
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -25,8 +26,8 @@ from jaxgraph.embed.compress import (
     ratio_table,
 )
 from jaxgraph.embed.run import EmbedConfig, embed
+from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.skipgram import SkipGramConfig
-from jaxgraph.embed.sync import padded_size
 from jaxgraph.embed.walks import PAD, WalkConfig, Walks, random_walks
 from jaxgraph.mesh import make_mesh
 
@@ -286,9 +287,19 @@ def test_embedding_is_identical_with_compression_on_and_off():
     mesh = make_mesh(2)
     off = embed(g, base, mesh)
     on = embed(g, base.replace(compress=FabcConfig(k=2)), mesh)
-    np.testing.assert_array_equal(on.syn0, off.syn0)
-    np.testing.assert_array_equal(on.syn1, off.syn1)
-    assert [r.pairs for r in on.rounds] == [r.pairs for r in off.rounds]
-    for r in on.rounds:
-        assert 0 < r.walk_bytes_sent and r.walk_bytes_raw == 4 * r.tokens
+    # Pairs built on the devices from the walks decoded there: nothing else crosses.
+    device = base.replace(sgns=dataclasses.replace(base.sgns, pairs="device"))
+    on_device = embed(g, device.replace(compress=FabcConfig(k=2)), mesh)
+    for run in (on, on_device):
+        np.testing.assert_array_equal(run.syn0, off.syn0)
+        np.testing.assert_array_equal(run.syn1, off.syn1)
+        assert [r.pairs for r in run.rounds] == [r.pairs for r in off.rounds]
+        for r in run.rounds:
+            assert 0 < r.walk_bytes_sent and r.walk_bytes_raw == 4 * r.tokens
     assert all(r.walk_bytes_sent == 0 for r in off.rounds)
+    for r, r_off in zip(on_device.rounds, off.rounds, strict=True):
+        # Host pairs: >= 12 bytes per pair. Device pairs: only the rows' lengths and stream ids
+        # (8 bytes per row, padded to the size class) besides the compressed corpus.
+        assert r_off.train_input_bytes >= 12 * r_off.pairs
+        assert r.train_input_bytes <= 8 * (r.walks + 16)
+        assert r.walk_bytes_sent + r.train_input_bytes < r_off.train_input_bytes / 4

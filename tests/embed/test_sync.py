@@ -8,6 +8,7 @@ import pytest
 
 from jaxgraph.embed import _hostrng as hr
 from jaxgraph.embed.corpus import keep_probability, skipgram_pairs
+from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.skipgram import (
     AllSync,
     SkipGramConfig,
@@ -20,7 +21,6 @@ from jaxgraph.embed.sync import (
     RandomSync,
     SyncPlan,
     hotspot_blocks,
-    padded_size,
     select_hotspots,
     sync_bytes,
 )
