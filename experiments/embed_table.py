@@ -44,6 +44,8 @@ VARIANTS = {
     "felog-public": FeedbackConfig(warmup_rounds=2, stop_ratio=0.7),  # the public code's rule
     "felog-centered": FeedbackConfig(center=True),
     "felog-centered-w2": FeedbackConfig(center=True, warmup_rounds=2),
+    # Lower thresholds on the centred similarity retire more nodes per round.
+    **{f"felog-centered-mu{mu}": FeedbackConfig(center=True, mu=mu) for mu in (0.3, 0.4, 0.5)},
 }
 
 

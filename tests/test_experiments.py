@@ -104,6 +104,11 @@ def test_felog_table_quick(tmp_path):
     results = json.loads((tmp_path / "felog_table_quick.json").read_text())
     names = [r["method"] for r in results["blogcatalog"]]
     assert names == ["deepwalk", "felog", "-FeeST", "-FaBC", "-HaSyn", "-RiPP"]
+    rows = {r["method"]: r for r in results["blogcatalog"]}
+    # DeepWalk moves its pairs (>= 12 bytes each); FeLoG's rows build theirs on the device.
+    assert rows["deepwalk"]["bytes_host_to_device"] >= 12 * rows["deepwalk"]["pairs"]
+    for name in ("felog", "-FaBC", "-FeeST"):
+        assert rows[name]["bytes_host_to_device"] < 6 * rows[name]["tokens"]
     assert (tmp_path / "felog_table_quick.md").exists()
     assert (tmp_path / "felog_utilization_quick.png").exists()
 
