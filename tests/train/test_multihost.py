@@ -88,16 +88,18 @@ def test_two_processes_equal_one(tmp_path, capsys):
     assert '"final_loss"' not in out1
 
 
-def test_embed_two_processes_equal_one(tmp_path):
+@pytest.mark.parametrize("pairs", ["host", pytest.param("device", marks=pytest.mark.slow)])
+def test_embed_two_processes_equal_one(tmp_path, pairs):
     """The embedding job over 2 processes x 4 devices equals the 1 x 8 run: every process
     builds the same corpus, pairs, feedback and hotspot selections, so the active sets, walks,
     pairs and synced rows are equal, and the replicas' merges (Gloo all-reduces) leave the
-    tables equal to fp32 rounding."""
+    tables equal to fp32 rounding. With ``--pairs device`` each process moves its devices'
+    walks and they build the pairs (the 1 x 8 reference builds them on the host)."""
     args = ["embed", "--dataset", "sbm", "--nodes", "300", "--parts", "8", "--method", "felog"]
     args += ["--rounds", "3", "--dim", "16", "--walk-length", "20", "--window", "3"]
     args += ["--batch-size", "64", "--sync-every", "4", "--sync", "hotspot", "--full-every", "3"]
     args += ["--task", "lp", "--quiet"]
-    done = _launch(tmp_path, [*args, "--out", str(tmp_path / "2x4")])
+    done = _launch(tmp_path, [*args, "--pairs", pairs, "--out", str(tmp_path / "2x4")])
     assert done.returncode == 0, done.stderr
     assert main([*args, "--out", str(tmp_path / "1x8")]) == 0
     multi, single = (np.load(tmp_path / run / "embedding.npy") for run in ("2x4", "1x8"))
