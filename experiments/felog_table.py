@@ -12,16 +12,17 @@ Rows (every run on the same walker, trainer and learning-rate schedule):
   moves the raw walks, still building the pairs on the device; ``-RiPP``
   runs the sequential schedule with the same lag, so its embeddings equal ``felog``'s and only
   the time differs).
+* ``gensim``: the baseline's walks trained by gensim's ``Word2Vec`` on the host (optional: only
+  when gensim is installed), for the time-to-quality comparison with a tuned CPU trainer.
 
 Columns: time (round loop, compilation excluded), speed-up over ``deepwalk``, tokens, bytes
 host -> device for training (the corpus, compressed when FaBC is on, plus the trainer's input:
 pair buffers of 12 bytes per pair slot, or walk rows, lengths and stream ids), beside the raw
-corpus ``4 T``, bytes one replica
-all-reduces in syncs, busy fractions of the round loop from the per-operator trace (host
+corpus ``4 T``, bytes one replica all-reduces in syncs, busy fractions of the round loop from the per-operator trace (host
 stages: walk, encode, corpus checkpoint; trainer stages: decode, train, where "train" includes
 the host pair generation of ``deepwalk``, so it is not device time alone), and quality:
 Micro/Macro-F1 at 50 % labelled (BlogCatalog), link-prediction AUC (dot product) on a 50 % edge
-split (ca-AstroPh).
+split (ca-AstroPh, R-MAT).
 
 Writes ``felog_table.md``, ``felog_table.json`` and ``felog_utilization.png`` (host/device busy
 fraction over time of ``felog`` and ``-RiPP`` on BlogCatalog) to ``--out``.
@@ -30,6 +31,8 @@ CPU-sized (2 cores)::
 
     python experiments/felog_table.py --quick        # a few minutes
     python experiments/felog_table.py                # 10 rounds on BlogCatalog, 6 on ca-AstroPh
+    python experiments/felog_table.py --datasets rmat --rmat-scale 20 --walk-length 10 \
+        --window 3 --dim 32 --lp-rounds 3 --stem felog_rmat   # 2^20 nodes
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from jaxgraph.embed.compress import FabcConfig  # noqa: E402
 from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_fractions  # noqa: E402
 from jaxgraph.embed.run import atomic_write_bytes, embed, save_json  # noqa: E402
 from jaxgraph.embed.sync import HotspotSync, sync_bytes  # noqa: E402
+from jaxgraph.embed.walks import out_csr, random_walks  # noqa: E402
 from jaxgraph.mesh import make_mesh  # noqa: E402
 
 RIPP = PipelineConfig("deterministic", lag=1)
@@ -112,20 +116,85 @@ def run_dataset(name, args, mesh, rounds, results, traces):
     # Warm-up: numba kernels, the decode kernel and the planned syncs compile on first use.
     for warm in ("felog", "-FaBC"):
         embed(train, configs[warm].replace(rounds=1), mesh)
+
+    def evaluate(row, syn0):
+        if split is not None:
+            row["auc"] = ev.link_prediction_auc(split, syn0, "dot")
+        else:
+            nc = ev.node_classification(
+                syn0, g.labels, train_ratios=(0.5,), shuffles=args.shuffles, seed=args.seed
+            )
+            row["micro_f1"], row["macro_f1"] = nc[0.5]["micro"]["mean"], nc[0.5]["macro"]["mean"]
+
     for row_name, cfg in configs.items():
         res = embed(train, cfg.replace(rounds=rounds), mesh)
         row = _row(row_name, res, cfg.sgns.dim)
-        if split is not None:
-            row["auc"] = ev.link_prediction_auc(split, res.syn0, "dot")
-        else:
-            nc = ev.node_classification(
-                res.syn0, g.labels, train_ratios=(0.5,), shuffles=args.shuffles, seed=args.seed
-            )
-            row["micro_f1"], row["macro_f1"] = nc[0.5]["micro"]["mean"], nc[0.5]["macro"]["mean"]
+        evaluate(row, res.syn0)
         rows.append(row)
         traces[(name, row_name)] = res.trace
         print(_line(row, rows[0]["seconds"]), flush=True)
+    if args.gensim_workers > 0:
+        gen = gensim_row(train, configs["deepwalk"], rounds, args.seed, args.gensim_workers)
+        if gen is not None:
+            syn0 = gen.pop("syn0")
+            evaluate(gen, syn0)
+            rows.append(gen)
+            print(_line(gen, rows[0]["seconds"]), flush=True)
     results[name] = rows
+
+
+def gensim_row(graph, cfg, rounds, seed, workers):
+    """DeepWalk with gensim's ``Word2Vec`` (``workers`` threads) on the walks of ``rounds``
+    rounds of the baseline's walker, trained in one pass with the same window, dimension,
+    negatives, sub-sampling and initial learning rate. Time = walks + vocabulary + training
+    (the conversion of walks to gensim's token lists is excluded). None without gensim."""
+    try:
+        from gensim.models import Word2Vec
+    except ImportError:
+        print("gensim is not installed (pip install gensim): no gensim row")
+        return None
+    csr = out_csr(graph)
+    starts = np.flatnonzero(np.diff(csr[0]) > 0)
+    t0 = time.perf_counter()
+    corpus = [random_walks(csr, starts, cfg.walk, seed=seed, round_index=r) for r in range(rounds)]
+    t_walks = time.perf_counter() - t0
+    sentences = [[str(v) for v in row] for w in corpus for row in w.to_lists()]
+    sg = cfg.sgns
+    t1 = time.perf_counter()
+    model = Word2Vec(
+        vector_size=sg.dim,
+        window=sg.window,
+        sg=1,
+        hs=0,
+        negative=sg.negatives,
+        sample=sg.sample,
+        min_count=0,
+        alpha=sg.lr,
+        workers=workers,
+        seed=seed,
+    )
+    model.build_vocab(sentences)
+    model.train(sentences, total_examples=len(sentences), epochs=1)
+    seconds = t_walks + time.perf_counter() - t1
+    syn0 = np.zeros((graph.num_nodes, sg.dim), np.float32)
+    for v in range(graph.num_nodes):
+        if str(v) in model.wv.key_to_index:
+            syn0[v] = model.wv[str(v)]
+    tokens = sum(w.num_tokens for w in corpus)
+    nan = float("nan")
+    return {
+        "method": f"gensim ({workers} threads)",
+        "rounds": rounds,
+        "seconds": seconds,
+        "tokens": tokens,
+        "pairs": None,
+        "bytes_host_to_device": 0,
+        "bytes_raw": 4 * tokens,
+        "bytes_sync": 0,
+        "busy_host": nan,
+        "busy_device": nan,
+        "syn0": syn0,
+    }
 
 
 def _line(row, base_seconds):
@@ -210,6 +279,12 @@ def main():
         "--lp-rounds rounds)",
     )
     ap.add_argument("--rmat-scale", type=int, default=20, help="R-MAT with 2^scale nodes")
+    ap.add_argument(
+        "--gensim-workers",
+        type=int,
+        default=2,
+        help="threads of the gensim DeepWalk row (0: no gensim row; needs pip install gensim)",
+    )
     ap.add_argument("--out", default="experiments/results")
     ap.add_argument("--stem", default=None, help="output file stem (default felog_table)")
     ap.add_argument("--quick", action="store_true", help="3/2 rounds, walks of 10, dim 32")
