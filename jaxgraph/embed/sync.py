@@ -26,8 +26,9 @@ periodic sync, all rows (a full merge), so that no row's replicas stay apart for
 
 **Same selection everywhere.** The rows are drawn on the host from a generator keyed by
 ``(trainer seed, sync index)`` and passed to the device program as one replicated index array,
-so every replica merges the same rows. (A multi-process run would need the same counts on every
-process, e.g. all-reduced, for the keyed draw to agree; not done here.)
+so every replica merges the same rows. In a multi-process run every process holds the same
+counts (each builds the same pairs on the host; device-built pairs are counted on the devices and
+summed into a replicated array), so the keyed draws agree.
 
 **Device program** (:func:`merge_selected_rows`, under ``shard_map``): gather the selected rows
 ``[C, d]`` of each table, ``pmean`` them (or ``anchor + psum(delta)`` for ``merge="sum"``) and
