@@ -666,7 +666,9 @@ class SkipGramTrainer:
 
     def compile(self) -> float:
         """Compiles the programs (a zero-step chunk, the syncs ahead of time) without changing
-        the tables, so that round timings exclude compilation.
+        the tables, so that round timings exclude compilation. With ``pairs="device"`` the pair
+        builder and the buffered step take their shapes from the corpus (walk rows per device,
+        padded to a size class), so they compile in the first round of each size class.
 
         Returns:
           the seconds spent.
