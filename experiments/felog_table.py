@@ -18,9 +18,10 @@ Rows (every run on the same walker, trainer and learning-rate schedule):
 Columns: time (round loop, compilation excluded), speed-up over ``deepwalk``, tokens, bytes
 host -> device for training (the corpus, compressed when FaBC is on, plus the trainer's input:
 pair buffers of 12 bytes per pair slot, or walk rows, lengths and stream ids), beside the raw
-corpus ``4 T``, bytes one replica all-reduces in syncs, busy fractions of the round loop from the per-operator trace (host
-stages: walk, encode, corpus checkpoint; trainer stages: decode, train, where "train" includes
-the host pair generation of ``deepwalk``, so it is not device time alone), and quality:
+corpus ``4 T``, bytes one replica all-reduces in syncs, busy fractions of the round loop from
+the per-operator trace (host stages: walk, encode, corpus checkpoint; trainer stages: decode,
+train, where "train" includes the host pair generation of ``deepwalk``, so it is not device
+time alone), and quality:
 Micro/Macro-F1 at 50 % labelled (BlogCatalog), link-prediction AUC (dot product) on a 50 % edge
 split (ca-AstroPh, R-MAT).
 

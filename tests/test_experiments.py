@@ -6,6 +6,7 @@ write what it promises. Run with ``python -m pytest -m slow tests/test_experimen
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -150,3 +151,19 @@ def test_bench_compile_quick():
     assert [r["method"] for r in records] == ["vanilla", "quant-random"]
     # One ppermute per ring round and exchange, whatever the number of widths: 3 x 7.
     assert all(r["collective_permutes"] == 21 for r in records)
+
+
+def test_sancus_table_quick_two_seeds(tmp_path):
+    args = ["--quick", "--methods", "cagnet", "sancus-e1", "pipegcn", "--seeds", "0", "1"]
+    _run("sancus_table.py", *args, "--out", str(tmp_path / "sancus"))
+    with open(tmp_path / "sancus.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert sorted((r["method"], r["seed"]) for r in runs) == sorted(
+        (m, s) for m in ("cagnet", "sancus-e1-w10", "pipegcn") for s in ("0", "1")
+    )
+    table = (tmp_path / "sancus.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| cora")]
+    assert len(rows) == 3  # one row per method, the means over both seeds
+    assert all(line.split("|")[5].strip() == "2" and "±" in line for line in rows)
+    for suffix in (".png", "_schedule.png"):
+        assert (tmp_path / f"sancus{suffix}").exists()
