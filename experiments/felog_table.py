@@ -33,7 +33,7 @@ CPU-sized (2 cores)::
     python experiments/felog_table.py --quick        # a few minutes
     python experiments/felog_table.py                # 10 rounds on BlogCatalog, 6 on ca-AstroPh
     python experiments/felog_table.py --datasets rmat --rmat-scale 20 --walk-length 10 \
-        --window 3 --dim 32 --lp-rounds 3 --stem felog_rmat   # 2^20 nodes
+        --window 2 --dim 32 --lp-rounds 2 --stem felog_rmat   # 2^20 nodes
 """
 
 from __future__ import annotations
