@@ -84,7 +84,7 @@ def _device(walks, ids, keep, window, key, capacity=None):
     return np.asarray(i), np.asarray(o), int(c)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)  # each new shape compiles the program
 @given(
     rows=st.lists(st.lists(st.integers(0, 9), min_size=0, max_size=12), min_size=1, max_size=6),
     window=st.integers(1, 5),
@@ -132,7 +132,7 @@ def test_device_counts_ignore_padding():
     np.testing.assert_array_equal(got, np.bincount([1, 2, 2, 3], minlength=8))
 
 
-@pytest.mark.parametrize("num_parts,on_device", [(1, False), (4, False), (4, True)])
+@pytest.mark.parametrize("num_parts,on_device", [(1, False), (4, True)])
 def test_trainer_device_pairs_equal_host_pairs(num_parts, on_device):
     g = power_law()
     walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=8), seed=0)
