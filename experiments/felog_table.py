@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -47,7 +48,12 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import numpy as np  # noqa: E402
-from embed_table import VARIANTS, _configs, add_run_arguments  # noqa: E402  (shared settings)
+from embed_table import (  # noqa: E402  (shared settings)
+    VARIANTS,
+    _configs,
+    add_run_arguments,
+    gensim_skipgram,
+)
 
 from jaxgraph.data import load_dataset, rmat  # noqa: E402
 from jaxgraph.embed import evaluate as ev  # noqa: E402
@@ -149,9 +155,7 @@ def gensim_row(graph, cfg, rounds, seed, workers):
     rounds of the baseline's walker, trained in one pass with the same window, dimension,
     negatives, sub-sampling and initial learning rate. Time = walks + vocabulary + training
     (the conversion of walks to gensim's token lists is excluded). None without gensim."""
-    try:
-        from gensim.models import Word2Vec
-    except ImportError:
+    if importlib.util.find_spec("gensim") is None:
         print("gensim is not installed (pip install gensim): no gensim row")
         return None
     csr = out_csr(graph)
@@ -159,28 +163,8 @@ def gensim_row(graph, cfg, rounds, seed, workers):
     t0 = time.perf_counter()
     corpus = [random_walks(csr, starts, cfg.walk, seed=seed, round_index=r) for r in range(rounds)]
     t_walks = time.perf_counter() - t0
-    sentences = [[str(v) for v in row] for w in corpus for row in w.to_lists()]
-    sg = cfg.sgns
-    t1 = time.perf_counter()
-    model = Word2Vec(
-        vector_size=sg.dim,
-        window=sg.window,
-        sg=1,
-        hs=0,
-        negative=sg.negatives,
-        sample=sg.sample,
-        min_count=0,
-        alpha=sg.lr,
-        workers=workers,
-        seed=seed,
-    )
-    model.build_vocab(sentences)
-    model.train(sentences, total_examples=len(sentences), epochs=1)
-    seconds = t_walks + time.perf_counter() - t1
-    syn0 = np.zeros((graph.num_nodes, sg.dim), np.float32)
-    for v in range(graph.num_nodes):
-        if str(v) in model.wv.key_to_index:
-            syn0[v] = model.wv[str(v)]
+    syn0, t_vocab, t_train = gensim_skipgram(corpus, cfg.sgns, graph.num_nodes, workers, seed)
+    seconds = t_walks + t_vocab + t_train
     tokens = sum(w.num_tokens for w in corpus)
     nan = float("nan")
     return {
