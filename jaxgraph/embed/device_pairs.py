@@ -219,6 +219,16 @@ class DeviceWalks(NamedTuple):
     def num_tokens(self) -> int:
         return int(np.asarray(self.lengths, np.int64).sum())
 
+    def counts(self, num_nodes: int) -> np.ndarray:
+        """Host ``int64[N]`` occurrences of every node in the walks, counted on the device.
+        The lengths are padded to the rows' (size-class) count, so the count program compiles
+        once per size class, not once per corpus."""
+        lengths = np.zeros(self.nodes.shape[0], np.int32)
+        lengths[: self.num_walks] = self.lengths
+        on_device = jax.device_put(lengths, self.nodes.sharding)
+        counts = device_counts(self.nodes, on_device, num_nodes=num_nodes)
+        return np.asarray(counts).astype(np.int64)
+
 
 @functools.partial(jax.jit, static_argnames=("num_nodes",))
 def device_counts(nodes: jax.Array, lengths: jax.Array, *, num_nodes: int) -> jax.Array:

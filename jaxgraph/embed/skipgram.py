@@ -65,7 +65,6 @@ from jaxgraph.embed.corpus import (
 from jaxgraph.embed.device_pairs import (
     MAX_WINDOW,
     DeviceWalks,
-    device_counts,
     gather_rows,
     keep_thresholds,
     key_words,
@@ -631,21 +630,21 @@ class SkipGramTrainer:
         self._input_bytes = 0  # training input moved host -> device, all rounds
         self._since_sync = 0
         self.tables = self._init(jax.random.key(seed))
+        # Row-update counts of device-built pairs, int32[P, N] per device until read back.
+        self._zero_updates = jax.jit(
+            lambda: jnp.zeros((self.num_devices, num_nodes), jnp.int32),
+            out_shardings=self._shard,
+        )
+        self._sum_updates = jax.jit(lambda u: jnp.sum(u, axis=0), out_shardings=self._rep)
         self._updates = self._zero_updates() if config.pairs == "device" else None
         # The last merged value, for merge="sum" (a separate buffer: both are donated).
         self.anchor = self._copy(self.tables) if self.sync.needs_anchor else None
-
-    def _zero_updates(self) -> jax.Array:
-        """Per-device row-update counts of device-built pairs, ``int32[P, N]``."""
-        n, p = self.num_nodes, self.num_devices
-        return jax.jit(lambda: jnp.zeros((p, n), jnp.int32), out_shardings=self._shard)()
 
     def _flush_updates(self) -> None:
         """Adds the device-side update counts to the host counters and clears them."""
         if self._updates is None:
             return
-        total = jax.jit(lambda u: jnp.sum(u, axis=0), out_shardings=self._rep)(self._updates)
-        total = np.asarray(total).astype(np.int64)
+        total = np.asarray(self._sum_updates(self._updates)).astype(np.int64)
         self.update_counts += total
         self.round_update_counts += total
         self._updates = self._zero_updates()
@@ -706,11 +705,7 @@ class SkipGramTrainer:
             elif jax.process_count() > 1:
                 raise ValueError("walks on a device are for single-process runs: pass host walks")
         if isinstance(walks, DeviceWalks):
-            lengths = np.zeros(walks.nodes.shape[0], np.int32)
-            lengths[: walks.num_walks] = walks.lengths
-            on = walks.nodes.sharding
-            counts = device_counts(walks.nodes, jax.device_put(lengths, on), num_nodes=n)
-            round_counts = np.asarray(counts).astype(np.int64)
+            round_counts = walks.counts(n)
         else:
             round_counts = corpus_counts(walks, n)
         self.counts += round_counts
@@ -880,7 +875,7 @@ class SkipGramTrainer:
         cap = self.config.sync_every
         lr = np.zeros(cap, np.float32)
         lr[:take] = alphas[start : start + take]
-        lr, num_steps, first_step, step0 = place_all(
+        lr, num_steps, start, first_step = place_all(
             (lr, np.int32(take), np.int32(start), np.int32(self._step)), self._rep
         )
         self._step += take
@@ -893,8 +888,8 @@ class SkipGramTrainer:
             self._updates,
             lr,
             num_steps,
+            start,
             first_step,
-            step0,
             key,
             accept,
             alias,
