@@ -40,29 +40,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-
-import numpy as np  # noqa: E402
-from embed_table import (  # noqa: E402  (shared settings)
+import numpy as np
+from embed_table import (  # shared settings
     VARIANTS,
     _configs,
     add_run_arguments,
-    gensim_skipgram,
+    emulate_cpu_devices,
+    gensim_row,
+    quality_curve,
+    reach_cell,
+    time_to_quality,
 )
 
-from jaxgraph.data import load_dataset, rmat  # noqa: E402
-from jaxgraph.embed import evaluate as ev  # noqa: E402
-from jaxgraph.embed.compress import FabcConfig  # noqa: E402
-from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_fractions  # noqa: E402
-from jaxgraph.embed.run import atomic_write_bytes, embed, save_json  # noqa: E402
-from jaxgraph.embed.sync import HotspotSync, sync_bytes  # noqa: E402
-from jaxgraph.embed.walks import out_csr, random_walks  # noqa: E402
-from jaxgraph.mesh import make_mesh  # noqa: E402
+from jaxgraph.data import load_dataset, rmat
+from jaxgraph.embed import evaluate as ev
+from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_fractions
+from jaxgraph.embed.run import atomic_write_bytes, embed, save_json
+from jaxgraph.embed.sync import HotspotSync, sync_bytes
+from jaxgraph.mesh import make_mesh
 
 RIPP = PipelineConfig("deterministic", lag=1)
 
@@ -72,7 +71,7 @@ def variants(args):
     base = _configs(argparse.Namespace(**{**vars(args), "variants": []}))["deepwalk"]
     felog = base.replace(
         method="felog",
-        feedback=VARIANTS["felog"],
+        feedback=VARIANTS[args.feedback],
         sgns=dataclasses.replace(base.sgns, pairs="device"),
         compress=FabcConfig(),
         sync=HotspotSync(),
@@ -127,59 +126,49 @@ def run_dataset(name, args, mesh, rounds, results, traces):
     def evaluate(row, syn0):
         if split is not None:
             row["auc"] = ev.link_prediction_auc(split, syn0, "dot")
-        else:
-            nc = ev.node_classification(
-                syn0, g.labels, train_ratios=(0.5,), shuffles=args.shuffles, seed=args.seed
-            )
-            row["micro_f1"], row["macro_f1"] = nc[0.5]["micro"]["mean"], nc[0.5]["macro"]["mean"]
+            return row["auc"]
+        nc = ev.node_classification(
+            syn0, g.labels, train_ratios=(0.5,), shuffles=args.shuffles, seed=args.seed
+        )
+        row["micro_f1"], row["macro_f1"] = nc[0.5]["micro"]["mean"], nc[0.5]["macro"]["mean"]
+        return row["micro_f1"]
 
+    runs = {}
     for row_name, cfg in configs.items():
-        res = embed(train, cfg.replace(rounds=rounds), mesh)
+        res = embed(train, cfg.replace(rounds=rounds), mesh, snapshot_rounds=tuple(range(rounds)))
         row = _row(row_name, res, cfg.sgns.dim)
         evaluate(row, res.syn0)
+        row["quality_per_round"] = quality_curve(res, lambda emb: evaluate({}, emb))
+        row["elapsed_per_round"] = [res.elapsed[r] for r in range(len(res.rounds))]
+        row["pairs_per_round"] = [r.pairs for r in res.rounds]
+        runs[row_name] = res
         rows.append(row)
         traces[(name, row_name)] = res.trace
         print(_line(row, rows[0]["seconds"]), flush=True)
+    gen = None
     if args.gensim_workers > 0:
-        gen = gensim_row(train, configs["deepwalk"], rounds, args.seed, args.gensim_workers)
+        gen = gensim_row(
+            train, configs["deepwalk"], rounds, args.seed, args.gensim_workers, args.repeats
+        )
         if gen is not None:
             syn0 = gen.pop("syn0")
             evaluate(gen, syn0)
-            rows.append(gen)
-            print(_line(gen, rows[0]["seconds"]), flush=True)
+    # Time to the baseline's final quality (its last round, same evaluation as the curves).
+    target = rows[0]["quality_per_round"][-1]
+    base_reach = time_to_quality(runs["deepwalk"], rows[0]["quality_per_round"], target)
+    for row in rows:
+        reach = time_to_quality(runs[row["method"]], row["quality_per_round"], target)
+        row["to_baseline_quality"] = reach and {
+            **reach,
+            "speedup": base_reach["seconds"] / reach["seconds"],
+            "pairs_speedup": base_reach["pairs"] / reach["pairs"],
+            "vs_gensim": None if gen is None else reach["seconds"] / gen["seconds"],
+        }
+        print(f"  {row['method']}: to the baseline's quality {reach_cell(reach, base_reach)}")
+    if gen is not None:
+        rows.append(gen)
+        print(_line(gen, rows[0]["seconds"]), flush=True)
     results[name] = rows
-
-
-def gensim_row(graph, cfg, rounds, seed, workers):
-    """DeepWalk with gensim's ``Word2Vec`` (``workers`` threads) on the walks of ``rounds``
-    rounds of the baseline's walker, trained in one pass with the same window, dimension,
-    negatives, sub-sampling and initial learning rate. Time = walks + vocabulary + training
-    (the conversion of walks to gensim's token lists is excluded). None without gensim."""
-    if importlib.util.find_spec("gensim") is None:
-        print("gensim is not installed (pip install gensim): no gensim row")
-        return None
-    csr = out_csr(graph)
-    starts = np.flatnonzero(np.diff(csr[0]) > 0)
-    t0 = time.perf_counter()
-    corpus = [random_walks(csr, starts, cfg.walk, seed=seed, round_index=r) for r in range(rounds)]
-    t_walks = time.perf_counter() - t0
-    syn0, t_vocab, t_train = gensim_skipgram(corpus, cfg.sgns, graph.num_nodes, workers, seed)
-    seconds = t_walks + t_vocab + t_train
-    tokens = sum(w.num_tokens for w in corpus)
-    nan = float("nan")
-    return {
-        "method": f"gensim ({workers} threads)",
-        "rounds": rounds,
-        "seconds": seconds,
-        "tokens": tokens,
-        "pairs": None,
-        "bytes_host_to_device": 0,
-        "bytes_raw": 4 * tokens,
-        "bytes_sync": 0,
-        "busy_host": nan,
-        "busy_device": nan,
-        "syn0": syn0,
-    }
 
 
 def _line(row, base_seconds):
@@ -208,17 +197,26 @@ def markdown(results) -> str:
             f"## {name}",
             "",
             f"| method | rounds | time s | speed-up | tokens | host->device MB (raw corpus) "
-            f"| sync MB | busy host | busy trainer | {metric} |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| sync MB | busy host | busy trainer | {metric} "
+            "| to the baseline's quality: s (round, speed-up, / gensim's time) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in rows:
             q = f"{r['auc']:.3f}" if "auc" in r else f"{r['micro_f1']:.3f}/{r['macro_f1']:.3f}"
+            reach = r.get("to_baseline_quality")
+            if "to_baseline_quality" not in r:  # the gensim row
+                to = ""
+            elif reach is None:
+                to = "not reached"
+            else:
+                ratio = "" if reach["vs_gensim"] is None else f", {reach['vs_gensim']:.2f}"
+                to = f"{reach['seconds']:.1f} (r{reach['round']}, {reach['speedup']:.2f}x{ratio})"
             lines.append(
                 f"| {r['method']} | {r['rounds']} | {r['seconds']:.1f} | "
                 f"{base / r['seconds']:.2f}x | {r['tokens']:,} | "
                 f"{r['bytes_host_to_device'] / 1e6:.1f} ({r['bytes_raw'] / 1e6:.1f}) | "
                 f"{r['bytes_sync'] / 1e6:.1f} | {r['busy_host']:.2f} | {r['busy_device']:.2f} "
-                f"| {q} |"
+                f"| {q} | {to} |"
             )
         lines.append("")
     lines.append(f"Settings: `{results['args']}`")
@@ -265,18 +263,26 @@ def main():
     )
     ap.add_argument("--rmat-scale", type=int, default=20, help="R-MAT with 2^scale nodes")
     ap.add_argument(
+        "--feedback",
+        default="felog",
+        choices=sorted(VARIANTS),
+        help="the FeLoG rows' active-set rule (embed_table.VARIANTS; default: the paper's)",
+    )
+    ap.add_argument(
         "--gensim-workers",
         type=int,
         default=2,
         help="threads of the gensim DeepWalk row (0: no gensim row; needs pip install gensim)",
     )
+    ap.add_argument("--repeats", type=int, default=3, help="timed gensim trainings (median)")
     ap.add_argument("--out", default="experiments/results")
     ap.add_argument("--stem", default=None, help="output file stem (default felog_table)")
     ap.add_argument("--quick", action="store_true", help="3/2 rounds, walks of 10, dim 32")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.lp_rounds, args.walk_length, args.dim = 3, 2, 10, 32
-        args.shuffles = 1
+        args.shuffles, args.repeats = 1, 1
+    emulate_cpu_devices(args.parts)
     mesh = make_mesh(args.parts)
     results = {"args": vars(args)}
     traces = {}

@@ -91,3 +91,25 @@ def test_config_unknown_key(tmp_path):
     bad.write_text('{"model": {"name": "gcn", "hiddn": 3}}')
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['hiddn'\] in config.model"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    "argv, devices",
+    [
+        (["embed", "--dataset", "cora"], 1),  # one replica: one device
+        (["embed", "--dataset", "cora", "--parts", "4"], 8),
+        (["train", "--dataset", "cora"], 8),
+        (["--cpu-devices", "3", "embed", "--dataset", "cora"], 3),  # an explicit count wins
+    ],
+)
+def test_emulated_cpu_device_count(argv, devices):
+    from jaxgraph.cli import _build_parser, _cpu_devices
+
+    assert _cpu_devices(_build_parser().parse_args(argv)) == devices
+
+
+def test_emulated_cpu_device_count_must_be_positive():
+    from jaxgraph.cli import _build_parser, _cpu_devices
+
+    with pytest.raises(SystemExit, match="--cpu-devices must be >= 1, got 0"):
+        _cpu_devices(_build_parser().parse_args(["--cpu-devices", "0", "datasets"]))

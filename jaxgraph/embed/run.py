@@ -156,6 +156,8 @@ class EmbedResult:
         less than the sum of the operators' times).
       seconds_compile: compile time before the first round.
       snapshots: ``{r: f32[N, d]}`` input vectors after round ``r``, for the rounds asked for.
+      elapsed: ``{r: seconds}`` wall time from the start of the round loop to the end of round
+        ``r`` (rounds run by this call), for time-to-quality curves.
       trace: every operator's :class:`~jaxgraph.embed.pipeline.Span` (this process's rounds).
     """
 
@@ -166,6 +168,7 @@ class EmbedResult:
     seconds: float
     seconds_compile: float
     snapshots: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    elapsed: dict[int, float] = dataclasses.field(default_factory=dict)
     trace: list[Span] = dataclasses.field(default_factory=list)
 
     @property
@@ -257,8 +260,10 @@ def embed(
     if checkpoint_dir is not None and (last := latest_state(checkpoint_dir)) is not None:
         stopped = runner.restore(last)
     snapshots: dict[int, np.ndarray] = {}
+    elapsed: dict[int, float] = {}
 
     def after_round(entry: RoundLog) -> None:
+        elapsed[entry.round] = time.perf_counter() - t0
         if log is not None:
             log(entry)
         if entry.round in snapshot_rounds:
@@ -278,6 +283,7 @@ def embed(
         seconds=seconds,
         seconds_compile=seconds_compile,
         snapshots=snapshots,
+        elapsed=elapsed,
         trace=runner.spans,
     )
 

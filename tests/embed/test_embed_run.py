@@ -94,7 +94,11 @@ def test_planted_partition_quality():
         SkipGramConfig(dim=16, window=3, negatives=2, batch_size=256, sync_every=16),
         rounds=2,
     )
-    res = embed(g, cfg, make_mesh(1))
+    res = embed(g, cfg, make_mesh(1), snapshot_rounds=(0, 1))
+    # Per-round snapshots and end times: the last snapshot is the output, times increase.
+    assert sorted(res.snapshots) == sorted(res.elapsed) == [0, 1]
+    np.testing.assert_array_equal(res.snapshots[1], res.syn0)
+    assert 0 < res.elapsed[0] < res.elapsed[1] <= res.seconds
     unit = ev.l2_normalize(res.syn0)
     cos = unit @ unit.T
     same = g.labels[:, None] == g.labels[None, :]
