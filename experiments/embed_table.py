@@ -61,7 +61,10 @@ VARIANTS = {
 def _configs(args) -> dict[str, EmbedConfig]:
     walk = WalkConfig(args.walker, args.walk_length, args.walks_per_node, p=args.p, q=args.q)
     base = cpu_config(args.walker, walk=walk, rounds=args.rounds, seed=args.seed)
-    base = base.replace(sgns=dataclasses.replace(base.sgns, window=args.window, dim=args.dim))
+    sgns = dataclasses.replace(
+        base.sgns, window=args.window, dim=args.dim, lr_schedule=args.lr_schedule
+    )
+    base = base.replace(sgns=sgns)
     out = {args.walker: base}
     for name in args.variants:
         out[name] = base.replace(method="felog", feedback=VARIANTS[name])
@@ -482,6 +485,12 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--shuffles", type=int, default=2)
     ap.add_argument("--walker", choices=("deepwalk", "node2vec"), default="deepwalk")
+    ap.add_argument(
+        "--lr-schedule",
+        choices=("round", "linear"),
+        default="round",
+        help="round: alpha_0 e^(-0.1 r) per round; linear: also decays within each round",
+    )
     ap.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
     ap.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")
 
