@@ -487,9 +487,10 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--walker", choices=("deepwalk", "node2vec"), default="deepwalk")
     ap.add_argument(
         "--lr-schedule",
-        choices=("round", "linear"),
+        choices=("round", "linear", "global"),
         default="round",
-        help="round: alpha_0 e^(-0.1 r) per round; linear: also decays within each round",
+        help="round: alpha_0 e^(-0.1 r) per round; linear: also decays within each round; "
+        "global: one linear decay over all rounds (word2vec's)",
     )
     ap.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
     ap.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")

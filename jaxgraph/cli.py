@@ -129,7 +129,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--center", action="store_true", help="feedback on mean-centred vectors")
     ep.add_argument("--lr", type=float, default=0.025)
     ep.add_argument("--lr-decay", type=float, default=0.1)
-    ep.add_argument("--lr-schedule", default="round", help="round or linear")
+    ep.add_argument(
+        "--lr-schedule",
+        default="round",
+        help="round (alpha_0 e^(-decay r) per round), linear (also decays within each round) "
+        "or global (one linear decay over all rounds, as word2vec)",
+    )
     ep.add_argument("--batch-size", type=int, default=1024)
     ep.add_argument("--sync-every", type=int, default=64)
     ep.add_argument("--merge", default="mean", help="replica merge: mean or sum")

@@ -242,9 +242,12 @@ def embed(
     active = initial_active_set(csr[0])
     if active.size == 0:
         raise ValueError(f"graph {graph.name!r} has no edge: there is nothing to embed")
+    sgns = config.sgns
+    if sgns.lr_schedule == "global" and sgns.schedule_rounds is None:
+        sgns = dataclasses.replace(sgns, schedule_rounds=config.rounds)
     trainer = SkipGramTrainer(
         graph.num_nodes,
-        config.sgns,
+        sgns,
         mesh,
         seed=config.seed,
         degrees=np.diff(csr[0]).astype(np.int64),

@@ -75,6 +75,8 @@ from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import place
 
+LR_SCHEDULES = ("round", "linear", "global")
+
 
 @dataclasses.dataclass(frozen=True)
 class SkipGramConfig:
@@ -89,8 +91,15 @@ class SkipGramConfig:
         in all walks trained so far) or ``"degree"`` (out-degree, as the public FeLoG code).
       lr: initial learning rate ``alpha_0``.
       lr_decay: round ``r`` trains at ``alpha_0 * exp(-lr_decay * r)``.
-      lr_schedule: ``"round"`` (constant within a round) or ``"linear"`` (additionally decays
-        linearly within a round to ``1e-4`` of the round's rate, by tokens processed).
+      lr_schedule: ``"round"`` (constant within a round), ``"linear"`` (additionally decays
+        linearly within a round to ``1e-4`` of the round's rate, by tokens processed) or
+        ``"global"`` (word2vec's and gensim's schedule spread over the rounds: round ``r`` at
+        token fraction ``f`` trains at ``alpha_0 * max(1 - (r + f) / R, 1e-4)`` with
+        ``R = schedule_rounds``; ``lr_decay`` is unused). With rounds of equal size this is one
+        linear decay over the whole corpus; a round that trains fewer walks (feedback) still
+        takes its ``1/R`` share of the decay.
+      schedule_rounds: ``R`` of the ``"global"`` schedule (:func:`jaxgraph.embed.run.embed`
+        sets it to the run's rounds when it is None).
       batch_size: pairs per device per step.
       sync_every: steps between two table syncs (a round always ends with a full merge).
       merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync) or ``"sum"``
@@ -109,7 +118,8 @@ class SkipGramConfig:
     counts: CountSource = "corpus"
     lr: float = 0.025
     lr_decay: float = 0.1
-    lr_schedule: Literal["round", "linear"] = "round"
+    lr_schedule: Literal["round", "linear", "global"] = "round"
+    schedule_rounds: int | None = None
     batch_size: int = 1024
     sync_every: int = 64
     merge: Literal["mean", "sum"] = "mean"
@@ -122,8 +132,10 @@ class SkipGramConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.counts not in COUNT_SOURCES:
             raise ValueError(f"counts must be one of {COUNT_SOURCES}, got {self.counts!r}")
-        if self.lr_schedule not in ("round", "linear"):
-            raise ValueError(f"lr_schedule must be 'round' or 'linear', got {self.lr_schedule!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.schedule_rounds is not None and self.schedule_rounds < 1:
+            raise ValueError(f"schedule_rounds must be >= 1, got {self.schedule_rounds}")
         if self.merge not in ("mean", "sum"):
             raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
         if self.pairs not in ("host", "device"):
@@ -134,8 +146,29 @@ class SkipGramConfig:
             raise ValueError(f"lr must be positive, got {self.lr}")
 
     def round_lr(self, round_index: int) -> float:
-        """``alpha_0 * exp(-lr_decay * r)``."""
+        """The rate at the start of round ``r``: ``alpha_0 * exp(-lr_decay * r)``, or for the
+        ``"global"`` schedule ``alpha_0 * max(1 - r / R, 1e-4)``."""
+        if self.lr_schedule == "global":
+            return float(self.step_rates(round_index, np.zeros(1))[0])
         return self.lr * math.exp(-self.lr_decay * round_index)
+
+    def step_rates(self, round_index: int, frac: np.ndarray) -> np.ndarray:
+        """Learning rates of the steps of round ``r`` that start at token fractions ``frac``
+        (``0 <= frac < 1``, the share of the round's tokens before the step).
+
+        Raises:
+          ValueError: the ``"global"`` schedule without ``schedule_rounds``.
+        """
+        frac = np.asarray(frac, np.float64)
+        if self.lr_schedule == "global":
+            if self.schedule_rounds is None:
+                raise ValueError("lr_schedule='global' needs schedule_rounds (the run's rounds)")
+            left = 1.0 - (round_index + frac) / self.schedule_rounds
+            return self.lr * np.maximum(left, 1e-4)
+        lr = self.lr * math.exp(-self.lr_decay * round_index)
+        if self.lr_schedule == "round":
+            return np.full(frac.shape, lr)
+        return lr * np.maximum(1.0 - frac, 1e-4)
 
 
 class Tables(NamedTuple):
@@ -748,16 +781,12 @@ class SkipGramTrainer:
             if steps == 0:
                 continue
             stats.pairs += int(sum(per_dev))
-            # Learning rate per step: by token progress through the round ("linear").
+            # Learning rate per step, by token progress through the round.
             done0 = token_end[block[0]] - tokens[block[0]]
             frac = (done0 + (token_end[block[-1]] - done0) * np.arange(steps) / steps) / (
                 token_end[-1]
             )
-            alphas = (
-                np.full(steps, lr)
-                if cfg.lr_schedule == "round"
-                else (lr * np.maximum(1.0 - frac, 1e-4))
-            )
+            alphas = cfg.step_rates(round_index, frac)
             start = 0
             while start < steps:
                 take = min(cfg.sync_every - self._since_sync, steps - start)

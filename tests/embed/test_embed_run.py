@@ -1,6 +1,7 @@
 """End to end: the ``jaxgraph embed`` command on tiny data, and embedding quality on a planted
 partition."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -110,3 +111,18 @@ def test_planted_partition_quality():
     lp = embed(split.train_graph, cfg, make_mesh(1))
     assert ev.link_prediction_auc(split, lp.syn0, "dot") > 0.8
     assert ev.link_prediction_auc(split, lp.syn0, "cosine") > 0.85
+
+
+def test_global_schedule_spans_the_run():
+    """``embed`` gives the global schedule the run's rounds: round r starts at
+    ``alpha_0 (1 - r / R)``."""
+    g = dc_sbm(300, 6, 12.0, num_features=0, homophily=0.95, degree_exponent=None, seed=4)
+    cfg = EmbedConfig(
+        "deepwalk",
+        WalkConfig(walk_length=10),
+        SkipGramConfig(dim=8, window=3, negatives=2, batch_size=16, sync_every=4),
+        rounds=4,
+    )
+    cfg = cfg.replace(sgns=dataclasses.replace(cfg.sgns, lr_schedule="global"))
+    res = embed(g, cfg, make_mesh(1))
+    np.testing.assert_allclose([r.lr for r in res.rounds], 0.025 * np.array([1, 0.75, 0.5, 0.25]))

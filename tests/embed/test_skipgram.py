@@ -218,3 +218,46 @@ def test_degree_counts_and_linear_schedule_options():
     assert not np.array_equal(out["default"], out["degree"])
     init = np.asarray(init_tables(jax.random.key(3), g.num_nodes, DIM).syn0)
     assert np.abs(out["linear"] - init).sum() < np.abs(out["default"] - init).sum()
+
+
+def test_learning_rate_schedules():
+    """Per-step rates by token fraction: constant, linear within a round, and one linear decay
+    over ``R`` rounds that continues across round boundaries and bottoms out at 1e-4."""
+    frac = np.array([0.0, 0.25, 0.5, 0.999999])
+    a0 = 0.025
+    rnd = SkipGramConfig(lr=a0)
+    np.testing.assert_allclose(rnd.step_rates(2, frac), a0 * np.exp(-0.2))
+    lin = SkipGramConfig(lr=a0, lr_schedule="linear")
+    np.testing.assert_allclose(
+        lin.step_rates(1, frac), a0 * np.exp(-0.1) * np.maximum(1 - frac, 1e-4)
+    )
+    glo = SkipGramConfig(lr=a0, lr_schedule="global", schedule_rounds=4)
+    np.testing.assert_allclose(glo.step_rates(1, frac), a0 * (1 - (1 + frac) / 4))
+    assert glo.step_rates(1, frac[-1:])[0] == pytest.approx(glo.step_rates(2, [0.0])[0])
+    assert glo.round_lr(2) == pytest.approx(a0 / 2)
+    np.testing.assert_allclose(glo.step_rates(4, frac), a0 * 1e-4)  # past R: the floor
+    with pytest.raises(ValueError, match="needs schedule_rounds"):
+        SkipGramConfig(lr_schedule="global").step_rates(0, frac)
+    with pytest.raises(ValueError, match="schedule_rounds must be >= 1, got 0"):
+        SkipGramConfig(lr_schedule="global", schedule_rounds=0)
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        SkipGramConfig(lr_schedule="cosine")
+
+
+def test_global_schedule_over_one_round_is_the_linear_schedule():
+    """With R = 1 the global schedule is word2vec's single linear decay, which is what the
+    linear schedule does in round 0: the trained tables are identical."""
+    g = power_law()
+    walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
+    mesh = make_mesh(1, AXIS)
+    base = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=BUFFER)
+    out = []
+    for cfg in (
+        dataclasses.replace(base, lr_schedule="linear"),
+        dataclasses.replace(base, lr_schedule="global", schedule_rounds=1),
+    ):
+        tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3)
+        tr.train_round(walks, 0)
+        out.append(tr.embeddings())
+    for a, b in zip(out[0], out[1], strict=True):
+        np.testing.assert_array_equal(a, b)
