@@ -607,7 +607,7 @@ class SkipGramTrainer:
 
     Raises:
       ValueError: non-positive ``num_nodes``, a mesh that is not 1-D, missing or mis-shaped
-        ``degrees``.
+        ``degrees``, the ``"global"`` schedule without ``schedule_rounds``.
     """
 
     def __init__(
@@ -627,6 +627,8 @@ class SkipGramTrainer:
         if config.counts == "degree":
             if degrees is None or np.shape(degrees) != (num_nodes,):
                 raise ValueError("counts='degree' needs degrees of shape [num_nodes]")
+        if config.lr_schedule == "global" and config.schedule_rounds is None:
+            raise ValueError("lr_schedule='global' needs schedule_rounds (the run's rounds)")
         self.num_nodes = num_nodes
         self.config = config
         self.mesh = mesh

@@ -194,6 +194,8 @@ def test_trainer_errors():
         SkipGramConfig(counts="pagerank")
     with pytest.raises(ValueError, match="counts='degree' needs degrees"):
         SkipGramTrainer(10, SkipGramConfig(counts="degree"), mesh)
+    with pytest.raises(ValueError, match="'global' needs schedule_rounds"):
+        SkipGramTrainer(10, SkipGramConfig(lr_schedule="global"), mesh)
     with pytest.raises(ValueError, match="merge must be 'mean' or 'sum'"):
         AllSync("max")
 
