@@ -99,12 +99,35 @@ def time_to_quality(res, curve, target):
     }
 
 
-def reach_cell(reach, base_reach) -> str:
+def against_baseline(reach, base_reach, gensim_seconds=None):
+    """``reach`` (:func:`time_to_quality`) with its speed-ups over the baseline's own time and
+    pairs to that quality, and its time over gensim's (None without a gensim row)."""
+    if reach is None:
+        return None
+    return {
+        **reach,
+        "speedup": base_reach["seconds"] / reach["seconds"],
+        "pairs_speedup": base_reach["pairs"] / reach["pairs"],
+        "vs_gensim": None if gensim_seconds is None else reach["seconds"] / gensim_seconds,
+    }
+
+
+def reach_cell(reach) -> str:
+    """A table cell for :func:`against_baseline`'s result."""
     if reach is None:
         return "not reached"
-    speedup = base_reach["seconds"] / reach["seconds"]
-    pairs = base_reach["pairs"] / reach["pairs"]
-    return f"{reach['seconds']:.1f}s r{reach['round']} {speedup:.2f}x/{pairs:.2f}x"
+    return (
+        f"{reach['seconds']:.1f}s r{reach['round']} "
+        f"{reach['speedup']:.2f}x/{reach['pairs_speedup']:.2f}x"
+    )
+
+
+def round_series(res) -> dict:
+    """Per-round end times and pairs of a run, for the JSON rows."""
+    return {
+        "elapsed_per_round": [res.elapsed[r] for r in range(len(res.rounds))],
+        "pairs_per_round": [r.pairs for r in res.rounds],
+    }
 
 
 def _print_rounds(runs, baseline):
@@ -152,7 +175,7 @@ def blogcatalog(args, mesh, results):
         cells = " ".join(
             f"{nc[r]['micro']['mean']:.3f}/{nc[r]['macro']['mean']:.3f}" for r in ratios
         )
-        reach = time_to_quality(res, curve, target)
+        reach = against_baseline(time_to_quality(res, curve, target), base_reach)
         matched = ""
         row = {
             "method": name,
@@ -161,14 +184,8 @@ def blogcatalog(args, mesh, results):
             "speedup": base.seconds / res.seconds,
             "active_per_round": [x.active for x in res.rounds],
             "micro@50_per_round": curve,
-            "elapsed_per_round": [res.elapsed[r] for r in range(len(curve))],
-            "pairs_per_round": [r.pairs for r in res.rounds],
-            "to_baseline_quality": reach
-            and {
-                **reach,
-                "speedup": base_reach["seconds"] / reach["seconds"],
-                "pairs_speedup": base_reach["pairs"] / reach["pairs"],
-            },
+            **round_series(res),
+            "to_baseline_quality": reach,
         }
         if name != args.walker:
             r, q = _time_matched(base, base_curve, res.seconds)
@@ -177,7 +194,7 @@ def blogcatalog(args, mesh, results):
         print(
             f"{name:<18} {len(res.rounds):>6} {res.seconds:>7.1f} "
             f"{base.seconds / res.seconds:>6.2f}x {res.tokens:>10,} {res.pairs:>11,} {cells} "
-            f"{reach_cell(reach, base_reach):>36} {matched:>21}"
+            f"{reach_cell(reach):>36} {matched:>21}"
         )
         rows.append(row)
     _print_rounds({k: v[0] for k, v in runs.items()}, args.walker)
@@ -251,20 +268,16 @@ def _astroph_one(args, g, mesh) -> list[dict]:
     for name, (res, curve) in runs.items():
         aucs = {s: ev.link_prediction_auc(split, res.syn0, s, res.syn1) for s in ev.SCORES}
         ret = ev.edge_retrieval(res.syn0, split, ks=(10,))
-        reach = time_to_quality(res, curve, target)
+        reach = against_baseline(
+            time_to_quality(res, curve, target), base_reach, gen and gen["seconds"]
+        )
         matched = ""
         row = {"method": name, "seed": args.seed, **res.summary(), "auc": aucs, "retrieval": ret}
         row["active_per_round"] = [x.active for x in res.rounds]
         row["speedup"] = base.seconds / res.seconds
         row["auc_per_round"] = curve
-        row["elapsed_per_round"] = [res.elapsed[r] for r in range(len(curve))]
-        row["pairs_per_round"] = [r.pairs for r in res.rounds]
-        row["to_baseline_quality"] = reach and {
-            **reach,
-            "speedup": base_reach["seconds"] / reach["seconds"],
-            "pairs_speedup": base_reach["pairs"] / reach["pairs"],
-            "vs_gensim": None if gen is None else reach["seconds"] / gen["seconds"],
-        }
+        row.update(round_series(res))
+        row["to_baseline_quality"] = reach
         if name != args.walker:
             r, q = _time_matched(base, base_curve, res.seconds)
             matched = f"{q:.3f} (r{r})"
@@ -274,7 +287,7 @@ def _astroph_one(args, g, mesh) -> list[dict]:
             f"{base.seconds / res.seconds:>6.2f}x {res.tokens:>10,} {res.pairs:>11,} "
             f"{aucs['dot']:>8.3f} {aucs['cosine']:>8.3f} {aucs['dot_context']:>9.3f} "
             f"{ret['hit@10']:>7.3f} {ret['mrr@10']:>7.3f} "
-            f"{reach_cell(reach, base_reach):>34} {matched:>19}"
+            f"{reach_cell(reach):>34} {matched:>19}"
         )
         rows.append(row)
     if gen is not None:
@@ -318,11 +331,10 @@ def trainer_vs_gensim(args, mesh, results):
         f"{walks.num_tokens:,} tokens; d={cfg.dim}, window {cfg.window}, K={cfg.negatives}, "
         f"sample {cfg.sample:g}, one pass; {args.repeats} interleaved repeats)"
     )
-    try:
-        import gensim  # noqa: F401
-    except ImportError:
+    have_gensim = importlib.util.find_spec("gensim") is not None
+    if not have_gensim:
         print("gensim is not installed (pip install gensim): timing our trainer alone")
-        gensim = None
+    sentences = gensim_sentences([walks]) if have_gensim else None
     ours, theirs, pairs = [], [], 0
     f1 = {}
     for rep in range(args.repeats):
@@ -334,9 +346,9 @@ def trainer_vs_gensim(args, mesh, results):
         if rep == 0:
             emb = tr.embeddings()[0]
             f1["jax"] = ev.node_classification(emb, g.labels, train_ratios=(0.5,), shuffles=1)
-        if gensim is not None:
+        if have_gensim:
             emb, _, secs = gensim_skipgram(
-                [walks], cfg, g.num_nodes, args.gensim_workers, args.seed
+                sentences, cfg, g.num_nodes, args.gensim_workers, args.seed
             )
             theirs.append(secs)
             if rep == 0:
@@ -371,10 +383,15 @@ def trainer_vs_gensim(args, mesh, results):
     results["trainer_vs_gensim"] = row
 
 
-def gensim_skipgram(corpus, sgns, num_nodes, workers, seed):
-    """One pass of gensim's ``Word2Vec`` (skip-gram, negative sampling) over the walks of
-    ``corpus`` (a list of :class:`Walks`) with the trainer's window, dimension, negatives,
-    sub-sampling and initial learning rate (``sgns``), ``workers`` threads.
+def gensim_sentences(corpus) -> list[list[str]]:
+    """The walks of ``corpus`` (a list of :class:`Walks`) as gensim's token lists."""
+    return [[str(v) for v in row] for walks in corpus for row in walks.to_lists()]
+
+
+def gensim_skipgram(sentences, sgns, num_nodes, workers, seed):
+    """One pass of gensim's ``Word2Vec`` (skip-gram, negative sampling) over ``sentences``
+    (:func:`gensim_sentences`) with the trainer's window, dimension, negatives, sub-sampling
+    and initial learning rate (``sgns``), ``workers`` threads.
 
     Returns:
       ``(syn0 f32[N, d], seconds to build the vocabulary, seconds to train)``; nodes absent
@@ -385,7 +402,6 @@ def gensim_skipgram(corpus, sgns, num_nodes, workers, seed):
     """
     from gensim.models import Word2Vec
 
-    sentences = [[str(v) for v in row] for walks in corpus for row in walks.to_lists()]
     model = Word2Vec(
         vector_size=sgns.dim,
         window=sgns.window,
@@ -425,9 +441,10 @@ def gensim_row(graph, cfg, rounds, seed, workers, repeats=1):
     t0 = time.perf_counter()
     corpus = [random_walks(csr, starts, cfg.walk, seed=seed, round_index=r) for r in range(rounds)]
     t_walks = time.perf_counter() - t0
+    sentences = gensim_sentences(corpus)
     trainings, syn0 = [], None
     for _ in range(repeats):
-        emb, t_vocab, t_train = gensim_skipgram(corpus, cfg.sgns, graph.num_nodes, workers, seed)
+        emb, t_vocab, t_train = gensim_skipgram(sentences, cfg.sgns, graph.num_nodes, workers, seed)
         trainings.append(t_vocab + t_train)
         syn0 = emb if syn0 is None else syn0  # evaluated: the first training
     seconds = t_walks + float(np.median(trainings))

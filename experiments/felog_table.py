@@ -48,10 +48,12 @@ from embed_table import (  # shared settings
     VARIANTS,
     _configs,
     add_run_arguments,
+    against_baseline,
     emulate_cpu_devices,
     gensim_row,
     quality_curve,
     reach_cell,
+    round_series,
     time_to_quality,
 )
 
@@ -141,8 +143,7 @@ def run_dataset(name, args, mesh, rounds, results, traces):
         row = _row(row_name, res, cfg.sgns.dim)
         evaluate(row, res.syn0)
         row["quality_per_round"] = quality_curve(res, lambda emb: evaluate({}, emb))
-        row["elapsed_per_round"] = [res.elapsed[r] for r in range(len(res.rounds))]
-        row["pairs_per_round"] = [r.pairs for r in res.rounds]
+        row.update(round_series(res))
         runs[row_name] = res
         rows.append(row)
         traces[(name, row_name)] = res.trace
@@ -160,13 +161,9 @@ def run_dataset(name, args, mesh, rounds, results, traces):
     base_reach = time_to_quality(runs["deepwalk"], rows[0]["quality_per_round"], target)
     for row in rows:
         reach = time_to_quality(runs[row["method"]], row["quality_per_round"], target)
-        row["to_baseline_quality"] = reach and {
-            **reach,
-            "speedup": base_reach["seconds"] / reach["seconds"],
-            "pairs_speedup": base_reach["pairs"] / reach["pairs"],
-            "vs_gensim": None if gen is None else reach["seconds"] / gen["seconds"],
-        }
-        print(f"  {row['method']}: to the baseline's quality {reach_cell(reach, base_reach)}")
+        reach = against_baseline(reach, base_reach, gen and gen["seconds"])
+        row["to_baseline_quality"] = reach
+        print(f"  {row['method']}: to the baseline's quality {reach_cell(reach)}")
     if gen is not None:
         rows.append(gen)
         print(_line(gen, rows[0]["seconds"]), flush=True)
