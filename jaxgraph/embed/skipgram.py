@@ -627,8 +627,7 @@ class SkipGramTrainer:
         if config.counts == "degree":
             if degrees is None or np.shape(degrees) != (num_nodes,):
                 raise ValueError("counts='degree' needs degrees of shape [num_nodes]")
-        if config.lr_schedule == "global" and config.schedule_rounds is None:
-            raise ValueError("lr_schedule='global' needs schedule_rounds (the run's rounds)")
+        config.round_lr(0)  # an incomplete schedule ('global' without its rounds) fails here
         self.num_nodes = num_nodes
         self.config = config
         self.mesh = mesh
