@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import os
 import time
 
 import jax
 import numpy as np
 
+from jaxgraph.cli import emulate_cpu_devices
 from jaxgraph.data import load_dataset
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.feedback import FeedbackConfig
@@ -37,8 +37,6 @@ from jaxgraph.embed.run import EmbedConfig, cpu_config, embed, save_json
 from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.walks import WalkConfig, out_csr, random_walks, walk_throughput
 from jaxgraph.mesh import make_mesh
-
-_DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 # Feedback variants compared with the baseline (name -> feedback rule).
 VARIANTS = {
@@ -483,13 +481,11 @@ def walk_speed(args, results):
     results["walks"] = rows
 
 
-def emulate_cpu_devices(parts: int) -> None:
+def emulate_devices_for(parts: int) -> None:
     """Emulates as many CPU devices as the run needs, unless ``XLA_FLAGS`` already says: one for
     a one-replica run (XLA's CPU runtime runs a one-device program about twice as slowly on a
     host split into 8 devices), else 8. Call before JAX's first device query."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if _DEVICE_FLAG not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={1 if parts == 1 else 8}".strip()
+    emulate_cpu_devices(1 if parts == 1 else 8)
 
 
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
@@ -540,7 +536,7 @@ def main(argv=None):
     unknown = set(args.variants) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
-    emulate_cpu_devices(args.parts)
+    emulate_devices_for(args.parts)
     mesh = make_mesh(args.parts)
     results = {"args": vars(args)}
     t0 = time.perf_counter()

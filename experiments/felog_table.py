@@ -49,7 +49,7 @@ from embed_table import (  # shared settings
     _configs,
     add_run_arguments,
     against_baseline,
-    emulate_cpu_devices,
+    emulate_devices_for,
     gensim_row,
     quality_curve,
     reach_cell,
@@ -281,7 +281,7 @@ def main():
     if args.quick:
         args.rounds, args.lp_rounds, args.walk_length, args.dim = 3, 2, 10, 32
         args.shuffles, args.repeats = 1, 1
-    emulate_cpu_devices(args.parts)
+    emulate_devices_for(args.parts)
     mesh = make_mesh(args.parts)
     results = {"args": vars(args)}
     traces = {}

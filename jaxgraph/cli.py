@@ -22,7 +22,9 @@ import os
 import sys
 
 
-def _emulate_cpu_devices(n: int) -> None:
+def emulate_cpu_devices(n: int) -> None:
+    """Emulates ``n`` CPU devices unless ``XLA_FLAGS`` already sets a count; takes effect when
+    JAX starts its backend (call it before the first device query)."""
     flag = "--xla_force_host_platform_device_count"
     flags = os.environ.get("XLA_FLAGS", "")
     if flag not in flags:
@@ -265,7 +267,7 @@ def _start_distributed(args) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
-    _emulate_cpu_devices(_cpu_devices(args))
+    emulate_cpu_devices(_cpu_devices(args))
     where = ""
     try:
         if args.command in ("train", "embed"):
