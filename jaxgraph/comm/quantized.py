@@ -12,15 +12,23 @@ forward sender ``d`` and the slot: ``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]
 **Buckets.** Per layer, direction, round and bit-width the slots of that width form one bucket,
 in ascending slot order (the wire order of the reference implementation: buckets by ascending
 width, rows in send-list order). A bucket travels as its packed codes and its fp32
-``(scale, lo)`` parameters. ``ppermute`` needs the same shape on every device, so each bucket is
-padded to its largest size over the senders of that round.
+``(scale, lo)`` parameters.
+
+**Wire.** Each device sends one byte buffer per round: its buckets' real bytes back to back, by
+ascending width. ``ppermute`` moves the same shape on every device, so the buffer is padded to
+the largest sender's total in that round -- not each bucket to its largest sender, which under a
+mixed assignment (one device's rows mostly at 8 bits, another's mostly at 2) would pay for the
+widest mix of every width at once. The offsets differ per device and travel as data
+(each device's bucket sizes), so the program is the same for every device.
 
 **Layout.** Per layer and direction an :class:`ExchangeLayout` in ``comm_state`` (leading axis
-``P``) holds, per width, the rows every device gathers for all rounds at once, and where the
-received rows go. Each width is gathered and quantized once, each round's buckets travel as one
-byte buffer (one ``ppermute`` per round), and one gather places the received rows in the halo
-(see :func:`_exchange`). The bucket sizes are static fields of the layout, so a new assignment
-with new bucket sizes re-jits the step; compiled steps are cached by structure and shape.
+``P``) holds, per width, the rows every device gathers for all rounds at once, where the
+received rows go, and the real bucket sizes of what each device sends and receives. Each width
+is gathered and quantized once, each round's buckets travel as one byte buffer (one
+``ppermute`` per round), and one gather places the received rows in the halo (see
+:func:`_exchange`). The padded bucket sizes and the buffer lengths are static fields of the
+layout, so a new assignment with new sizes re-jits the step; compiled steps are cached by
+structure and shape.
 
 **Backward.** A ``custom_vjp`` sends the halo-row gradients back along the reversed ring, each
 bucket quantized with its backward width, and scatter-adds them into the sender's rows. The
@@ -175,17 +183,27 @@ class ExchangeLayout:
       place: forward ``int32[P, H]``: for each halo slot, its row among the ``M`` received
         rows (``_PAD`` for slots that hold no row). Backward ``int32[P, M]``: for each received
         gradient row, the local row it adds into (``_PAD``: padding, dropped).
-      counts: static: per round, ``((w, C), ...)``, the widths present and their bucket sizes.
+      sent, got: ``int32[P, Q]``: per bucket ``q`` (rounds in order, widths ascending within a
+        round, as in ``counts``), the real rows each device sends in it and receives in it;
+        they place the buckets in each device's buffer.
+      counts: static: per round, ``((w, C), ...)``, the widths present and their bucket sizes
+        (``C``: the largest over the senders).
       round_rows: static: ``(S_1, ..., S_{P-1})``.
+      round_bytes: static: per round, the distinct ``(a, b)`` such that a sender's bytes are
+        ``a * D + b`` for rows of width ``D`` (the layout serves any ``D``); the round's buffer
+        is the largest of them (:func:`round_buffer_bytes`).
 
-    ``counts`` is part of the pytree structure, so a new assignment with new bucket sizes
-    compiles a new step, and compiled steps are cached by structure and shapes.
+    ``counts`` and ``round_bytes`` are part of the pytree structure, so a new assignment with
+    new sizes compiles a new step, and compiled steps are cached by structure and shapes.
     """
 
     rows: dict
     place: np.ndarray
+    sent: np.ndarray
+    got: np.ndarray
     counts: tuple
     round_rows: tuple
+    round_bytes: tuple
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -193,7 +211,9 @@ class ExchangeLayout:
 
 
 jax.tree_util.register_dataclass(
-    ExchangeLayout, data_fields=["rows", "place"], meta_fields=["counts", "round_rows"]
+    ExchangeLayout,
+    data_fields=["rows", "place", "sent", "got"],
+    meta_fields=["counts", "round_rows", "round_bytes"],
 )
 
 
@@ -224,9 +244,13 @@ def _layout(plan: HaloPlan, buckets: tuple, backward: bool) -> ExchangeLayout:
         base[w], total = total, total + offsets[w][-1]
     rows = {w: np.full((num_parts, offsets[w][-1]), _PAD, np.int32) for w in widths}
     place = np.full((num_parts, total if backward else plan.num_halo_rows), _PAD, np.int32)
+    sent, got, round_bytes = [], [], []
     for r, rb in enumerate(buckets):
         send_idx = plan.send_idx[r]  # [P, S_r] local rows of the forward sender
         for w, b in rb.items():
+            # Real slots come first in a bucket (see `_round_buckets`).
+            sent.append((b["send"] >= 0).sum(axis=1))
+            got.append((b["recv"] >= 0).sum(axis=1))
             start = offsets[w][r]
             for d in range(num_parts):
                 send, recv = b["send"][d], b["recv"][d]
@@ -241,12 +265,30 @@ def _layout(plan: HaloPlan, buckets: tuple, backward: bool) -> ExchangeLayout:
                     place[d, pos] = send_idx[d, recv[real]]
                 else:
                     place[d, halo_off[r] + recv[real]] = pos
+        round_bytes.append(_bytes_by_dim(rb, sent[len(sent) - len(rb) :]))
+    shape = (num_parts, len(sent))
     return ExchangeLayout(
         rows={f"b{w}": a for w, a in rows.items()},
         place=place,
+        sent=np.stack(sent, axis=1).astype(np.int32) if sent else np.zeros(shape, np.int32),
+        got=np.stack(got, axis=1).astype(np.int32) if got else np.zeros(shape, np.int32),
         counts=counts,
         round_rows=tuple(plan.round_rows),
+        round_bytes=tuple(round_bytes),
     )
+
+
+def _bytes_by_dim(rb: dict, sent: list) -> tuple[tuple[int, int], ...]:
+    """The distinct ``(a, b)`` over the senders of one round, where a sender's bytes are
+    ``a * D + b`` (packed code rows times the feature width, plus 8 parameter bytes per
+    quantized row): which sender sends most can depend on ``D``."""
+    per_dev = np.zeros((len(sent[0]) if sent else 0, 2), np.int64)
+    for (w, _), counts in zip(rb.items(), sent, strict=True):
+        k = _codes_per_row_block(w)
+        rows = -(-counts // k)  # packed rows (32 bits: one row per row)
+        per_dev[:, 0] += rows * (4 if w == 32 else 1)
+        per_dev[:, 1] += 0 if w == 32 else 8 * counts
+    return tuple(sorted({(int(a), int(b)) for a, b in per_dev}))
 
 
 def bucket_state(plan: HaloPlan, assignment: BitAssignment) -> dict:
@@ -267,28 +309,40 @@ def wire_bytes(rows: int, dim: int, bits: int) -> int:
     return -(-rows // per_byte) * dim + 2 * rows * 4  # packed codes + fp32 (scale, lo)
 
 
+def round_buffer_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
+    """Length of each round's byte buffer for rows of width ``dim``: the largest sender's
+    total (every device sends that many bytes in the round)."""
+    return tuple(max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
+
+
 def layout_bytes(layout: ExchangeLayout, dim: int) -> int:
-    """Bytes one device sends in one exchange with ``layout`` (padded buckets)."""
-    return sum(wire_bytes(c, dim, w) for rc in layout.counts for w, c in rc)
+    """Bytes one device sends in one exchange with ``layout`` (padded round buffers)."""
+    return sum(round_buffer_bytes(layout, dim))
 
 
 def byte_report(plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int]) -> dict:
-    """Static bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded buckets,
-    what the collectives carry) and ``useful`` (real rows only). Layer 0 has no backward."""
-    buckets = round_buckets(plan, assignment)
+    """Static bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded round
+    buffers, what the collectives carry), ``bucket_padded`` (what they would carry with every
+    bucket padded to its largest sender, the layout before round buffers) and ``useful`` (real
+    rows only). Layer 0 has no backward exchange."""
+    state = bucket_state(plan, assignment)
     p = plan.num_parts
     out = {}
     for name in ("fwd", "bwd"):
-        for layer, rounds in enumerate(buckets[name]):
+        for layer, layout in enumerate(state[name]):
             if name == "bwd" and layer == 0:
                 continue
-            moved = useful = 0
-            for rb in rounds:
-                for w, b in rb.items():
-                    moved += p * wire_bytes(b["send"].shape[1], layer_dims[layer], w)
-                    real = (b["recv"] >= 0).sum(axis=1)
-                    useful += sum(wire_bytes(int(c), layer_dims[layer], w) for c in real)
-            out[f"{name}{layer}"] = {"moved": moved, "useful": useful}
+            dim = layer_dims[layer]
+            q = [(w, c) for rc in layout.counts for w, c in rc]  # buckets, in `sent` order
+            out[f"{name}{layer}"] = {
+                "moved": p * layout_bytes(layout, dim),
+                "bucket_padded": p * sum(wire_bytes(c, dim, w) for w, c in q),
+                "useful": sum(
+                    wire_bytes(int(n), dim, w)
+                    for i, (w, _) in enumerate(q)
+                    for n in layout.sent[:, i]
+                ),
+            }
     return out
 
 
@@ -305,69 +359,111 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     dequantized: ``f32[M, D]``, the received rows of all widths (ascending) and rounds.
 
     Each width is gathered and quantized once for all rounds (key ``fold_in(key, w)``). Round
-    ``r`` sends its slice of every width -- the packed codes, then ``(scale, lo)`` of each of
-    its ``C`` bucket rows in fp32 (fp32 rows at 32 bits) -- as one byte buffer to ``d ± r``: one
-    ``ppermute`` per round. Pad rows are zero rows (code 0, no parameters on the wire); their
-    received rows are dropped by the placement. Few, large operations keep the compiled step
-    small: its compile time grows with the number of kernels.
+    ``r`` sends, per width, the packed codes and then the fp32 ``(scale, lo)`` of the device's
+    real rows of its bucket (fp32 rows at 32 bits), back to back in one byte buffer of the
+    round's static length, to ``d ± r``: one ``ppermute`` per round. Each piece is written at an
+    offset that depends on the device's own bucket sizes (data), and read back from the
+    received buffer at the sender's offsets; bytes past a sender's real rows are zeroed, and
+    the rows they decode to are dropped by the placement. Few, large operations keep the
+    compiled step small: its compile time grows with the number of kernels.
     """
     dim = source.shape[-1]
     counts = layout.counts
     if not layout.widths:  # no rounds (P = 1)
         return jnp.zeros((0, dim), source.dtype)
-    sent = [[] for _ in counts]  # per round: byte pieces, widths ascending
+    data, params = {}, {}
     for w in layout.widths:
-        k = _codes_per_row_block(w)
-        offsets = _block_offsets(counts, w)
         x = jnp.take(source, layout.rows[f"b{w}"], axis=0, mode="fill", fill_value=0)
         if w == 32:
-            data, params = _as_bytes(x.astype(jnp.float32)), None  # [N, D, 4]
+            data[w] = _as_bytes(x.astype(jnp.float32)).reshape(x.shape[0], 4 * dim)
         else:
             packed, scale, lo = quantize(x, w, jax.random.fold_in(key, w))
-            data = _computed_once(packed, key)  # [N / k, D]
-            params = _as_bytes(jnp.stack([scale, lo], axis=1).astype(jnp.float32))  # [N, 2, 4]
-        for r, rc in enumerate(counts):
-            c = dict(rc).get(w)
-            if c is None:
-                continue
-            start = offsets[r] // k
-            sent[r].append(data[start : start + -(-c // k)].reshape(-1))
-            if params is not None:
-                sent[r].append(params[offsets[r] : offsets[r] + c].reshape(-1))
-    received = [
-        jax.lax.ppermute(
-            jnp.concatenate(pieces), axis_name, ring_perm(num_parts, -r if reverse else r)
+            data[w] = _computed_once(packed, key)  # [N / k, D]
+            params[w] = _as_bytes(jnp.stack([scale, lo], axis=1).astype(jnp.float32))
+            params[w] = params[w].reshape(-1, 8)  # [N, 8]
+    lengths = round_buffer_bytes(layout, dim)
+    received, q = [], 0
+    for r, rc in enumerate(counts):
+        pieces = []  # (static bytes, real length in bytes)
+        for w, c in rc:
+            k, start = _codes_per_row_block(w), _block_offsets(counts, w)[r]
+            n = layout.sent[q]
+            block = data[w][start // k : start // k + -(-c // k)]
+            pieces.append((block.reshape(-1), (n + k - 1) // k * block.shape[1]))
+            if w < 32:
+                pieces.append((params[w][start : start + c].reshape(-1), 8 * n))
+            q += 1
+        if not pieces:  # no device sends in this round
+            received.append(None)
+            continue
+        buf = _pack(pieces, lengths[r])
+        received.append(
+            jax.lax.ppermute(buf, axis_name, ring_perm(num_parts, -(r + 1) if reverse else r + 1))
         )
-        if pieces
-        else None
-        for r, pieces in enumerate(sent, 1)
-    ]
+    codes, parameters, q = {w: [] for w in layout.widths}, {w: [] for w in layout.widths}, 0
+    for r, rc in enumerate(counts):
+        sizes = []  # per piece: (static bytes, real length in bytes)
+        for w, c in rc:
+            k, n = _codes_per_row_block(w), layout.got[q]
+            row_bytes = 4 * dim if w == 32 else dim
+            sizes.append((-(-c // k) * row_bytes, (n + k - 1) // k * row_bytes))
+            if w < 32:
+                sizes.append((8 * c, 8 * n))
+            q += 1
+        pieces = iter(_unpack(received[r], sizes) if sizes else ())
+        for w, c in rc:
+            codes[w].append(next(pieces))
+            if w < 32:
+                k = _codes_per_row_block(w)
+                parameters[w].append(next(pieces))
+                # Rows that pad the bucket to whole bytes carry no parameters on the wire.
+                parameters[w].append(jnp.zeros((8 * (-(-c // k) * k - c),), jnp.uint8))
     blocks = []
     for w in layout.widths:
         k = _codes_per_row_block(w)
-        row_bytes = 4 * dim if w == 32 else dim  # bytes per packed row
-        data, params = [], []
-        for r, rc in enumerate(counts):
-            c = dict(rc).get(w)
-            if c is None:
-                continue
-            pos = sum(wire_bytes(cc, dim, ww) for ww, cc in rc if ww < w)  # earlier widths
-            nb = -(-c // k) * row_bytes
-            data.append(received[r][pos : pos + nb])
-            if w < 32:
-                params.append(received[r][pos + nb : pos + nb + 8 * c])
-                params.append(jnp.zeros((8 * (-(-c // k) * k - c),), jnp.uint8))
         n = _block_offsets(counts, w)[-1]
-        data = jnp.concatenate(data)
+        block = jnp.concatenate(codes[w])
         if w == 32:
-            rows = jax.lax.bitcast_convert_type(data.reshape(n, dim, 4), jnp.float32)
+            rows = jax.lax.bitcast_convert_type(block.reshape(n, dim, 4), jnp.float32)
         else:
-            params = jax.lax.bitcast_convert_type(
-                jnp.concatenate(params).reshape(n, 2, 4), jnp.float32
+            p = jax.lax.bitcast_convert_type(
+                jnp.concatenate(parameters[w]).reshape(n, 2, 4), jnp.float32
             )
-            rows = dequantize(data.reshape(n // k, dim), params[:, 0], params[:, 1], w, n)
+            rows = dequantize(block.reshape(n // k, dim), p[:, 0], p[:, 1], w, n)
         blocks.append(rows.astype(source.dtype))
     return jnp.concatenate(blocks)
+
+
+def _pack(pieces, length: int) -> jax.Array:
+    """One device's round buffer: ``uint8[length]`` holding the real bytes of each piece
+    ``(static bytes, real length)`` back to back, in order.
+
+    Each piece is written whole at the running offset; its bytes past the real length are
+    overwritten by the next piece or lie past the device's own total. The scratch buffer holds
+    every piece at its static size, so no write is shifted by ``dynamic_update_slice``'s
+    clamping of the start index."""
+    scratch = _like_varying(
+        jnp.zeros((sum(p.shape[0] for p, _ in pieces),), jnp.uint8), pieces[0][0]
+    )
+    offset = jnp.int32(0)
+    for piece, real in pieces:
+        scratch = jax.lax.dynamic_update_slice(scratch, piece, (offset,))
+        offset = offset + real
+    return scratch[:length]
+
+
+def _unpack(buf: jax.Array, sizes) -> list[jax.Array]:
+    """The pieces of a received round buffer, ``sizes`` = per piece ``(static bytes, real
+    length)`` of the sender: each read at the running offset at its static size, its bytes
+    past the real length zeroed."""
+    widest = max(size for size, _ in sizes)
+    padded = jnp.concatenate([buf, _like_varying(jnp.zeros((widest,), jnp.uint8), buf)])
+    offset, out = jnp.int32(0), []
+    for size, real in sizes:
+        piece = jax.lax.dynamic_slice(padded, (offset,), (size,))
+        out.append(jnp.where(jnp.arange(size) < real, piece, jnp.uint8(0)))
+        offset = offset + real
+    return out
 
 
 def _computed_once(packed: jax.Array, key: jax.Array) -> jax.Array:

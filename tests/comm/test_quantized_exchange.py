@@ -13,6 +13,7 @@ from jaxgraph.comm.quantized import (
     byte_report,
     quantized_ring_exchange,
     round_buckets,
+    wire_bytes,
 )
 from jaxgraph.comm.strategy import GraphShard, Vanilla
 from jaxgraph.mesh import make_mesh
@@ -231,6 +232,51 @@ def test_reported_bytes_match_static_report(bits):
         assert float(mv["bytes_moved"]) == float(metrics["bytes_moved"])
     for v in report.values():
         assert 0 < v["useful"] <= v["moved"]
+
+
+def test_round_buffer_is_as_long_as_the_largest_sender():
+    """Under a mixed assignment a round's buffer holds each sender's real buckets back to back,
+    at the sender's own offsets: it is as long as the largest sender's bytes, not the sum of
+    the per-width buckets each padded to its largest sender. Device ``d`` sends every row at
+    width ``(8, 2, 4, 2)[d]``, so each round has three widths of which a device uses one."""
+    plan = _plan(4, "random")
+    widths = np.array([8, 2, 4, 2], np.int8)
+    rounds = tuple(np.broadcast_to(widths[:, None], m.shape).copy() for m in plan.send_mask)
+    assignment = BitAssignment(fwd=(rounds, rounds), bwd=(rounds, rounds))
+    dims = (3, 8)
+    report = byte_report(plan, assignment, dims)
+    for layer, dim in enumerate(dims):
+        longest = sum(
+            max(
+                wire_bytes(int(n), dim, int(w))
+                for n, w in zip(mask.sum(axis=1), widths, strict=True)
+            )
+            for mask in plan.send_mask
+        )
+        moved = report[f"fwd{layer}"]["moved"]
+        assert moved == plan.num_parts * longest
+        assert moved < report[f"fwd{layer}"]["bucket_padded"]
+        if layer:  # the gradient rows travel back at the same widths: the same buffers
+            assert report[f"bwd{layer}"]["moved"] == moved
+    # The rows arrive where they belong, within one quantization step (the offsets differ
+    # per device, so a mix-up would deliver another node's row, 10 or more away).
+    state = bucket_state(plan, assignment)
+    x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
+    x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
+    f = _exchange_program(plan, state)
+    halo = np.asarray(f(x, state["fwd"][0], state["bwd"][0], jax.random.key(1)))
+    expect = plan.halo_nodes[..., None] * 10.0 + np.arange(3)
+    err = np.abs(halo - expect)[plan.halo_mask]
+    assert err.max() <= 2.0 / 3.0 + 1e-5  # Δ of a 2-bit code on a row of range 2
+    # The training step reports the bytes the report counts.
+    trainer, shards, _ = _trainer(Quantized(8), plan)
+    model_dims = (GRAPH.num_features, 8)
+    state = trainer.create_state(
+        jax.random.key(3), GRAPH.num_features, bucket_state(plan, assignment)
+    )
+    _, metrics = trainer.train_step(state, shards)
+    report = byte_report(plan, assignment, model_dims)
+    assert float(metrics["bytes_moved"]) == sum(v["moved"] for v in report.values())
 
 
 def test_random_assignment_is_redrawn_each_period():

@@ -134,7 +134,9 @@ def test_adaqp_two_processes_equal_one(tmp_path, capsys):
     """Process 0 solves the bit assignment at epoch 3 and broadcasts it."""
     args = [*TRAIN, "--epochs", "3", "--method", "adaqp", "--assign-period", "2"]
     args += ["--group-size", "8", "--interconnect", "nvlink3:2:10gbe"]
-    summary, reference = _run_both(tmp_path, args)
+    # As with the lookahead below, the first epoch's losses differ by one ulp (the compiled
+    # programs reduce the per-device losses in another order); the rest is compared as usual.
+    summary, reference = _run_both(tmp_path, args, first_exact=False)
     assert summary["compiled_steps"] == reference["compiled_steps"] == 2
     assert "widths" in _metrics(tmp_path / "2x4")[2]
 
