@@ -319,11 +319,15 @@ def main(argv=None) -> None:
         variants = [dataclasses.replace(base_assign, lam=lam) for lam in (0.1, 0.9)]
         variants += [dataclasses.replace(base_assign, group_size=g) for g in (20, 500)]
         for seed in args.seeds:
+            # The baselines of the block's configuration: bytes are relative to Vanilla.
+            for method in ("vanilla", "quant-random", "adaqp"):
+                jobs.append((d, m, parts, method, seed, base_assign, 0))
             for a in variants:
                 jobs.append((d, m, parts, "adaqp", seed, a, 0))
             for period in (10, 100):
                 jobs.append((d, m, parts, "adaqp", seed, base_assign, period))
 
+    jobs = list(dict.fromkeys(jobs))  # the sensitivity block may repeat the main grid's runs
     graphs, rows, done = {}, [], set()
     csv_path = args.out.with_suffix(".csv") if args.out else None
     if args.resume and csv_path is not None and csv_path.exists():
