@@ -62,7 +62,7 @@ from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.compress import FabcConfig
 from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_fractions
 from jaxgraph.embed.run import atomic_write_bytes, embed, save_json
-from jaxgraph.embed.sync import HotspotSync, sync_bytes
+from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
 
 RIPP = PipelineConfig("deterministic", lag=1)
@@ -76,7 +76,7 @@ def variants(args):
         feedback=VARIANTS[args.feedback],
         sgns=dataclasses.replace(base.sgns, pairs="device"),
         compress=FabcConfig(),
-        sync=HotspotSync(),
+        sync=HotspotSync(**sync_options(args)),
         pipeline=RIPP,
     )
     return {
@@ -85,8 +85,14 @@ def variants(args):
         "-FeeST": felog.replace(method="deepwalk"),
         "-FaBC": felog.replace(compress=None),
         "-HaSyn": felog.replace(sync=None),
+        "RandomSync": felog.replace(sync=RandomSync(**sync_options(args))),
         "-RiPP": felog.replace(pipeline=PipelineConfig("sequential", lag=1)),
     }
+
+
+def sync_options(args) -> dict:
+    """HaSyn's (and RandomSync's) settings from the command line."""
+    return {"counts": args.hasyn_counts, "full_every": args.full_every or None}
 
 
 def _row(name, res, dim):
@@ -217,9 +223,31 @@ def markdown(results) -> str:
                 f"{r['bytes_sync'] / 1e6:.1f} | {r['busy_host']:.2f} | {r['busy_device']:.2f} "
                 f"| {q} | {to} |"
             )
-        lines.append("")
+        lines += ["", sync_summary(rows, metric), ""]
     lines.append(f"Settings: `{results['args']}`")
     return "\n".join(lines) + "\n"
+
+
+def sync_summary(rows, metric) -> str:
+    """HaSyn and RandomSync against AllSync (the -HaSyn row): sync bytes and quality."""
+    by = {r["method"]: r for r in rows}
+    if "-HaSyn" not in by or not by["-HaSyn"]["bytes_sync"]:
+        return "No replica syncs (one replica)."
+
+    def quality(r):
+        return r["auc"] if "auc" in r else r["micro_f1"]
+
+    full = by["-HaSyn"]
+    parts = []
+    for name, label in (("felog", "HaSyn"), ("RandomSync", "RandomSync")):
+        if name in by:
+            r = by[name]
+            parts.append(
+                f"{label} {r['bytes_sync'] / full['bytes_sync']:.1%} of AllSync's sync bytes "
+                f"({r['bytes_sync'] / 1e6:.1f} vs {full['bytes_sync'] / 1e6:.1f} MB), "
+                f"{metric} {quality(r) - quality(full):+.3f}"
+            )
+    return "Sync against AllSync (-HaSyn): " + "; ".join(parts) + "."
 
 
 def plot(traces, path):
@@ -274,6 +302,19 @@ def main():
         help="threads of the gensim DeepWalk row (0: no gensim row; needs pip install gensim)",
     )
     ap.add_argument("--repeats", type=int, default=3, help="timed gensim trainings (median)")
+    ap.add_argument(
+        "--hasyn-counts",
+        choices=("total", "round"),
+        default="total",
+        help="HaSyn's hotness: update counts of the whole run or of the current round",
+    )
+    ap.add_argument(
+        "--full-every",
+        type=int,
+        default=32,
+        help="HaSyn/RandomSync: every this many periodic syncs merges all rows (0: only the "
+        "round-end merge)",
+    )
     ap.add_argument("--out", default="experiments/results")
     ap.add_argument("--stem", default=None, help="output file stem (default felog_table)")
     ap.add_argument("--quick", action="store_true", help="3/2 rounds, walks of 10, dim 32")

@@ -104,9 +104,13 @@ def test_felog_table_quick(tmp_path):
     _run("felog_table.py", "--quick", "--out", str(tmp_path))
     results = json.loads((tmp_path / "felog_table_quick.json").read_text())
     names = [r["method"] for r in results["blogcatalog"]]
-    assert names[:6] == ["deepwalk", "felog", "-FeeST", "-FaBC", "-HaSyn", "-RiPP"]
-    assert names[6:] in ([], ["gensim (2 threads)"])  # the gensim row needs gensim
+    assert names[:7] == ["deepwalk", "felog", "-FeeST", "-FaBC", "-HaSyn", "RandomSync", "-RiPP"]
+    assert names[7:] in ([], ["gensim (2 threads)"])  # the gensim row needs gensim
     rows = {r["method"]: r for r in results["blogcatalog"]}
+    # The selective syncs move fewer rows than AllSync (-HaSyn), which merges every row.
+    for name in ("felog", "RandomSync"):
+        assert 0 < rows[name]["bytes_sync"] < rows["-HaSyn"]["bytes_sync"]
+    assert "of AllSync's sync bytes" in (tmp_path / "felog_table_quick.md").read_text()
     # DeepWalk moves its pairs (>= 12 bytes each); FeLoG's rows build theirs on the device.
     assert rows["deepwalk"]["bytes_host_to_device"] >= 12 * rows["deepwalk"]["pairs"]
     for name in ("felog", "-FaBC", "-FeeST"):
