@@ -376,9 +376,11 @@ def write_outputs(rows: list[dict], args, *, note: str) -> None:
         args.out.with_suffix(".md").write_text(
             f"Hidden {args.hidden}, dropout 0.5, Adam lr 0.01, wd 5e-4, {args.epochs} epochs, "
             f"METIS parts, {note}; test accuracy at the best-validation epoch (mean ± std over "
-            "seeds); bytes = halo bytes per training epoch over the whole mesh (padded payloads, "
-            "mean over epochs), relative to Vanilla; projected comm = the cost model's time per "
-            "epoch (per round the slowest channel, real rows) under each preset.\n\n"
+            "seeds); bytes = halo bytes per training epoch over the whole mesh (what the "
+            "collectives carry: every device sends as many bytes in a ring round as the round's "
+            "largest payload; mean over epochs), relative to Vanilla; projected comm = the cost "
+            "model's time per epoch (per round the slowest channel, real rows) under each "
+            "preset.\n\n"
             f"{table}\n"
         )
         plot(rows, args.out.with_suffix(".png"))
