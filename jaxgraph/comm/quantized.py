@@ -283,11 +283,8 @@ def _bytes_by_dim(rb: dict, sent: list) -> tuple[tuple[int, int], ...]:
     ``a * D + b`` (packed code rows times the feature width, plus 8 parameter bytes per
     quantized row): which sender sends most can depend on ``D``."""
     per_dev = np.zeros((len(sent[0]) if sent else 0, 2), np.int64)
-    for (w, _), counts in zip(rb.items(), sent, strict=True):
-        k = _codes_per_row_block(w)
-        rows = -(-counts // k)  # packed rows (32 bits: one row per row)
-        per_dev[:, 0] += rows * (4 if w == 32 else 1)
-        per_dev[:, 1] += 0 if w == 32 else 8 * counts
+    for w, counts in zip(rb, sent, strict=True):
+        per_dev += np.stack(_piece_bytes(counts, 1, w), axis=-1)  # codes scale with D
     return tuple(sorted({(int(a), int(b)) for a, b in per_dev}))
 
 
@@ -301,12 +298,18 @@ def bucket_state(plan: HaloPlan, assignment: BitAssignment) -> dict:
     }
 
 
+def _piece_bytes(rows, dim: int, bits: int):
+    """``(codes, parameters)``: the bytes of ``rows`` rows of width ``dim`` at ``bits`` on the
+    wire -- packed codes (fp32 rows at 32 bits) and their fp32 ``(scale, lo)`` (none at 32
+    bits). ``rows`` may be an int or an integer array (host or device)."""
+    if bits == 32:
+        return rows * dim * 4, rows * 0
+    return -(-rows // _codes_per_row_block(bits)) * dim, 8 * rows
+
+
 def wire_bytes(rows: int, dim: int, bits: int) -> int:
     """Bytes of one bucket of ``rows`` rows of width ``dim`` at ``bits`` on the wire."""
-    if bits == 32:
-        return rows * dim * 4
-    per_byte = 8 // bits
-    return -(-rows // per_byte) * dim + 2 * rows * 4  # packed codes + fp32 (scale, lo)
+    return sum(_piece_bytes(rows, dim, bits))
 
 
 def round_buffer_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
@@ -382,16 +385,16 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
             params[w] = _as_bytes(jnp.stack([scale, lo], axis=1).astype(jnp.float32))
             params[w] = params[w].reshape(-1, 8)  # [N, 8]
     lengths = round_buffer_bytes(layout, dim)
+    offsets = {w: _block_offsets(counts, w) for w in layout.widths}
     received, q = [], 0
     for r, rc in enumerate(counts):
         pieces = []  # (static bytes, real length in bytes)
         for w, c in rc:
-            k, start = _codes_per_row_block(w), _block_offsets(counts, w)[r]
-            n = layout.sent[q]
-            block = data[w][start // k : start // k + -(-c // k)]
-            pieces.append((block.reshape(-1), (n + k - 1) // k * block.shape[1]))
+            k, start = _codes_per_row_block(w), offsets[w][r]
+            code_bytes, param_bytes = _piece_bytes(layout.sent[q], dim, w)
+            pieces.append((data[w][start // k : start // k + -(-c // k)].reshape(-1), code_bytes))
             if w < 32:
-                pieces.append((params[w][start : start + c].reshape(-1), 8 * n))
+                pieces.append((params[w][start : start + c].reshape(-1), param_bytes))
             q += 1
         if not pieces:  # no device sends in this round
             received.append(None)
@@ -404,11 +407,10 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     for r, rc in enumerate(counts):
         sizes = []  # per piece: (static bytes, real length in bytes)
         for w, c in rc:
-            k, n = _codes_per_row_block(w), layout.got[q]
-            row_bytes = 4 * dim if w == 32 else dim
-            sizes.append((-(-c // k) * row_bytes, (n + k - 1) // k * row_bytes))
+            static, real = _piece_bytes(c, dim, w), _piece_bytes(layout.got[q], dim, w)
+            sizes.append((static[0], real[0]))  # codes
             if w < 32:
-                sizes.append((8 * c, 8 * n))
+                sizes.append((static[1], real[1]))  # parameters
             q += 1
         pieces = iter(_unpack(received[r], sizes) if sizes else ())
         for w, c in rc:
@@ -420,8 +422,7 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
                 parameters[w].append(jnp.zeros((8 * (-(-c // k) * k - c),), jnp.uint8))
     blocks = []
     for w in layout.widths:
-        k = _codes_per_row_block(w)
-        n = _block_offsets(counts, w)[-1]
+        k, n = _codes_per_row_block(w), offsets[w][-1]
         block = jnp.concatenate(codes[w])
         if w == 32:
             rows = jax.lax.bitcast_convert_type(block.reshape(n, dim, 4), jnp.float32)
