@@ -58,6 +58,7 @@ from jaxgraph.train.loop import assignment_period, load_graph  # noqa: E402
 from results_io import read_csv, write_csv  # noqa: E402
 
 METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-random", "adaqp")
+PERIODIC = ("quant-random", "adaqp")  # re-assigned every period
 PRESETS = PROJECTION_PRESETS
 
 
@@ -136,6 +137,9 @@ def run_one(cfg: TrainConfig, graph) -> dict:
         "group_size": cfg.assign.group_size,
         "period": assignment_period(cfg),
         "lookahead": cfg.assign.lookahead if cfg.method == "adaqp" else 0,
+        "chunks": cfg.exchange_chunks if cfg.method in PERIODIC else 0,
+        "compiled_steps": summary["compiled_steps"],
+        "compile_time": summary["compile_time"],
         "test_acc": 100 * summary["test_at_best"],
         "bytes_per_epoch": summary["mean_bytes_per_epoch"],
         "median_epoch_time": summary["median_epoch_time"],
@@ -160,7 +164,7 @@ def _config_key(row: dict) -> tuple:
     """The settings that make one table row (everything but the seed)."""
     return tuple(
         row[f] for f in ("dataset", "model", "parts", "method", "lam", "group_size", "period")
-    ) + (row.get("lookahead", 0),)
+    ) + (row.get("lookahead", 0), row.get("chunks", 0))
 
 
 def markdown(rows: list[dict]) -> str:
@@ -173,8 +177,8 @@ def markdown(rows: list[dict]) -> str:
     lines = [
         "| dataset | model | P | method | λ | group | period | seeds | test acc "
         "| bytes/epoch vs vanilla | CPU epoch (s) | proj. comm 10GbE (ms) | proj. comm PCIe3 (ms) "
-        "| assign overhead: solve / re-jit (% of wall) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| layout | compiled steps | assign overhead: solve / re-jit (% of wall) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k in keys:
         sel = [r for r in rows if _config_key(r) == k]
@@ -189,7 +193,14 @@ def markdown(rows: list[dict]) -> str:
             nbytes / statistics.mean(r["bytes_per_epoch"] for r in base) if base else float("nan")
         )
         adaptive = k[3] == "adaqp"
-        periodic = k[3] in ("adaqp", "quant-random")  # re-assigned (and re-jitted) per period
+        periodic = k[3] in PERIODIC
+        steps = [r["compiled_steps"] for r in sel if "compiled_steps" in r]
+        layout = (f"chunks {k[8]}" if k[8] else "exact") if periodic else ""
+        overhead = ""
+        if periodic:
+            solve = 100 * statistics.mean(r["assign_solve_share"] for r in sel)
+            rejit = 100 * statistics.mean(r["assign_rejit_time"] / r["wall_time"] for r in sel)
+            overhead = f"{solve:.1f} / {rejit:.1f}"
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4] if adaptive else ''} | "
             f"{k[5] if adaptive else ''} | "
@@ -199,13 +210,7 @@ def markdown(rows: list[dict]) -> str:
             f"{statistics.median(r['median_epoch_time'] for r in sel):.3f} | "
             f"{1e3 * statistics.mean(r['proj_10gbe'] for r in sel):.2f} | "
             f"{1e3 * statistics.mean(r['proj_pcie3x16'] for r in sel):.3f} | "
-            + (
-                f"{100 * statistics.mean(r['assign_solve_share'] for r in sel):.1f} / "
-                f"{100 * statistics.mean(r['assign_rejit_time'] / r['wall_time'] for r in sel):.1f}"
-                if periodic
-                else ""
-            )
-            + " |"
+            f"{layout} | {f'{statistics.mean(steps):.3g}' if steps else ''} | {overhead} |"
         )
     return "\n".join(lines)
 
@@ -230,18 +235,25 @@ def plot(rows: list[dict], path: Path) -> None:
         if not any((r["dataset"], r["model"], r["parts"]) == (ds, model, parts) for r in rows):
             ax.set_axis_off()
             continue
-        for method in METHODS:
+        chunkings = sorted({r.get("chunks", 0) for r in rows})
+        for method, chunks in itertools.product(METHODS, chunkings):
             sel = [
                 r
                 for r in rows
                 if (r["dataset"], r["model"], r["parts"], r["method"]) == (ds, model, parts, method)
                 and r["lam"] == AssignConfig().lam
+                and r.get("chunks", 0) == chunks
             ]
             if not sel:
                 continue
             x = 1e3 * statistics.mean(r["proj_10gbe"] for r in sel)
             y, e = _mean_std([r["test_acc"] for r in sel])
-            ax.errorbar(x, y, yerr=e, fmt="o", label=method)
+            label = method + (
+                f" ({'chunks ' + str(chunks) if chunks else 'exact'})"
+                if (method in PERIODIC and len(chunkings) > 1)
+                else ""
+            )
+            ax.errorbar(x, y, yerr=e, fmt="o", label=label)
         ax.set_title(f"{ds} {model} P={parts}")
         ax.set_xlabel("projected comm / epoch, 10GbE (ms)")
         ax.set_ylabel("test accuracy (%)")
@@ -272,6 +284,14 @@ def main(argv=None) -> None:
         type=int,
         default=AssignConfig().lookahead,
         help="adaqp: solve this many epochs before each boundary (the step compiles meanwhile)",
+    )
+    p.add_argument(
+        "--exchange-chunks",
+        nargs="+",
+        type=int,
+        default=[TrainConfig().exchange_chunks],
+        help="layouts of quant-random and adaqp: 0 = exact buffers (a step per assignment), "
+        "J = one chunked layout for the run; several values run each",
     )
     p.add_argument("--out", type=Path, help="output prefix: <out>.csv, <out>.md, <out>.png")
     p.add_argument(
@@ -313,19 +333,24 @@ def main(argv=None) -> None:
             for parts in args.parts:
                 for method in args.methods:
                     for seed in args.seeds:
-                        jobs.append((dataset, model, parts, method, seed, base_assign, 0))
+                        for chunks in args.exchange_chunks if method in PERIODIC else [0]:
+                            jobs.append(
+                                (dataset, model, parts, method, seed, base_assign, 0, chunks)
+                            )
     if args.sensitivity:
         d, m, parts = args.datasets[0], args.models[0], args.parts[-1]
+        chunks = args.exchange_chunks[0]
         variants = [dataclasses.replace(base_assign, lam=lam) for lam in (0.1, 0.9)]
         variants += [dataclasses.replace(base_assign, group_size=g) for g in (20, 500)]
         for seed in args.seeds:
             # The baselines of the block's configuration: bytes are relative to Vanilla.
             for method in ("vanilla", "quant-random", "adaqp"):
-                jobs.append((d, m, parts, method, seed, base_assign, 0))
+                job_chunks = chunks if method in PERIODIC else 0
+                jobs.append((d, m, parts, method, seed, base_assign, 0, job_chunks))
             for a in variants:
-                jobs.append((d, m, parts, "adaqp", seed, a, 0))
+                jobs.append((d, m, parts, "adaqp", seed, a, 0, chunks))
             for period in (10, 100):
-                jobs.append((d, m, parts, "adaqp", seed, base_assign, period))
+                jobs.append((d, m, parts, "adaqp", seed, base_assign, period, chunks))
 
     jobs = list(dict.fromkeys(jobs))  # the sensitivity block may repeat the main grid's runs
     graphs, rows, done = {}, [], set()
@@ -334,12 +359,12 @@ def main(argv=None) -> None:
         rows = read_rows([csv_path])
         done = {(*_config_key(r), r["seed"]) for r in rows}
         print(f"resuming: {len(rows)} runs already in {csv_path}", flush=True)
-    for dataset, model, parts, method, seed, assign, period in jobs:
+    for dataset, model, parts, method, seed, assign, period, chunks in jobs:
         if dataset not in graphs:
             graphs[dataset] = load_graph(data_config(dataset, seed))
         lookahead = assign.lookahead if method == "adaqp" else 0
         key = (graphs[dataset].name, model, parts, method, assign.lam, assign.group_size)
-        key += (period or max(args.epochs // 5, 1), lookahead, seed)
+        key += (period or max(args.epochs // 5, 1), lookahead, chunks, seed)
         if key in done:
             continue
         cfg = TrainConfig(
@@ -350,6 +375,7 @@ def main(argv=None) -> None:
             parts=parts,
             method=method,
             assign_period=period,
+            exchange_chunks=chunks,
             epochs=args.epochs,
             seed=seed,
             progress=False,
@@ -359,7 +385,8 @@ def main(argv=None) -> None:
         rows.append(row)
         print(
             f"{dataset} {model} P={parts} {method} seed={seed} λ={assign.lam} "
-            f"g={assign.group_size} period={row['period']}: acc {row['test_acc']:.1f} "
+            f"g={assign.group_size} period={row['period']} chunks={chunks}: "
+            f"acc {row['test_acc']:.1f} "
             f"bytes {row['bytes_per_epoch']:.3g} proj10GbE {1e3 * row['proj_10gbe']:.2f} ms "
             f"({time.perf_counter() - t0:.0f} s)",
             flush=True,
@@ -388,7 +415,7 @@ def write_outputs(rows: list[dict], args, *, note: str) -> None:
             write_csv(rows, args.out.with_suffix(".csv"))
 
 
-_INT_FIELDS = ("parts", "seed", "group_size", "period", "lookahead")
+_INT_FIELDS = ("parts", "seed", "group_size", "period", "lookahead", "chunks", "compiled_steps")
 _TEXT_FIELDS = ("dataset", "model", "method", "last_widths")
 
 

@@ -96,6 +96,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "step compiles while training continues (default 0: at the boundary)",
     )
     tp.add_argument(
+        "--exchange-chunks",
+        type=int,
+        help="quant-random, adaqp: 0 sizes the exchange's buffers for each assignment (a new "
+        "step compiles for each); J >= 1 compiles one step for every assignment, padding each "
+        "ring round's transfer to a multiple of 1/2^J of its 8-bit capacity (default 4)",
+    )
+    tp.add_argument(
         "--no-compile-ahead",
         action="store_true",
         help="compile a decided assignment's step at the period boundary, not in the background",
@@ -226,6 +233,7 @@ def _train_config(args):
             ("partition", args.partition),
             ("method", args.method),
             ("assign_period", args.assign_period),
+            ("exchange_chunks", args.exchange_chunks),
             ("epochs", args.epochs),
             ("seed", args.seed),
             ("eval_every", args.eval_every),

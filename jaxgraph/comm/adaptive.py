@@ -25,8 +25,10 @@ before the exchange and is already in the traced rows.)
 **Schedule.** Epochs ``1..period`` run at uniform 8 bits; before epoch ``k * period + 1`` the
 traces of the last period are gathered to the host, one program per exchange key
 (``fwd{l}``, ``bwd{l}``) is solved (in threads), the traces are reset and the new bucket
-layout re-jits the step (the loop caches compiled steps by layout). The assignment itself
-lives in ``comm_state["bits"]`` so that checkpoints restore it exactly.
+layout is installed: with ``chunks`` (the default of :class:`~jaxgraph.train.TrainConfig`) a
+layout of the same shapes, so the compiled step stays; with exact layouts a new step
+compiles (the loop caches compiled steps by layout). The assignment itself lives in
+``comm_state["bits"]`` so that checkpoints restore it exactly.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from jaxgraph.comm.quantized import (
     BitAssignment,
     Quantized,
     bucket_state,
+    check_chunks,
     row_range_variance,
 )
 from jaxgraph.mesh import to_host
@@ -173,6 +176,9 @@ class Adaptive(Quantized):
       cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
         one from ``config.interconnect`` when the first program is set up.
       seed: seed of the quantization keys (unused by the assignment itself).
+      chunks: ``0``: each assignment gets an exact layout and compiles its own step; ``J >=
+        1``: one chunked layout (:func:`~jaxgraph.comm.quantized.bucket_state`), one compiled
+        step for the whole run.
     """
 
     def __init__(
@@ -183,8 +189,11 @@ class Adaptive(Quantized):
         norm: str = "gcn",
         cost=None,
         seed: int = 0,
+        chunks: int = 0,
     ):
         super().__init__(8, period=period, seed=seed)
+        check_chunks(chunks)
+        self.chunks = int(chunks)  # the widths change: a chunked layout can serve them all
         if norm not in NORMS:
             raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
         if config.lookahead >= period:
@@ -198,7 +207,7 @@ class Adaptive(Quantized):
         self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
 
     def _key(self):
-        return (type(self), self.config, self.period, self.norm, self.seed)
+        return (type(self), self.config, self.period, self.norm, self.seed, self.chunks)
 
     # ------------------------------------------------------------------ host side
 
@@ -208,7 +217,7 @@ class Adaptive(Quantized):
         """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
         ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
         the next boundary (``upcoming``; until a solve, the current one)."""
-        state = bucket_state(plan, assignment)
+        state = bucket_state(plan, assignment, chunks=self.chunks)
         state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
         if self.config.lookahead:
             upcoming = upcoming or assignment

@@ -26,9 +26,12 @@ widest mix of every width at once. The offsets differ per device and travel as d
 received rows go, and the real bucket sizes of what each device sends and receives. Each width
 is gathered and quantized once, each round's buckets travel as one byte buffer (one
 ``ppermute`` per round), and one gather places the received rows in the halo (see
-:func:`_exchange`). The padded bucket sizes and the buffer lengths are static fields of the
-layout, so a new assignment with new sizes re-jits the step; compiled steps are cached by
-structure and shape.
+:func:`_exchange`). In an *exact* layout the padded bucket sizes and the buffer lengths are
+static fields, so a new assignment with new sizes re-jits the step (compiled steps are cached
+by structure and shape). A *chunked* layout (:func:`bucket_state` with ``chunks``) gives every
+width room for every slot and sends each round's buffer as a few gated chunks, as many as the
+round's largest sender fills: its static fields depend on the plan only, so one compiled step
+serves every assignment.
 
 **Backward.** A ``custom_vjp`` sends the halo-row gradients back along the reversed ring, each
 bucket quantized with its backward width, and scatter-adds them into the sender's rows. The
@@ -122,21 +125,32 @@ def _check_width(bits: int) -> None:
 # ---------------------------------------------------------------------- host: buckets
 
 
-def _round_buckets(bits: np.ndarray, mask: np.ndarray, r: int, backward: bool) -> dict:
+def _round_buckets(
+    bits: np.ndarray, mask: np.ndarray, r: int, backward: bool, capacity=None
+) -> dict:
     """Bucket slots of one round, one direction (host side).
 
     Returns ``{w: {"send": int32[P, C], "recv": int32[P, C]}}`` for each width ``w`` present,
     in ascending order: ``send[d]`` are the slots device ``d`` sends, ``recv[d]`` the slots the
     rows it receives fill, both ``-1`` past the device's own count (``C`` is the largest count
-    over the senders: ``ppermute`` moves the same shape everywhere).
+    over the senders: ``ppermute`` moves the same shape everywhere). With ``capacity`` (a set
+    of widths) every one of those widths has a bucket, of ``C = S_r`` (room for every slot),
+    whatever the assignment: the shapes then depend on the plan only.
     """
     num_parts = bits.shape[0]
+    if capacity is not None:
+        used = {int(w) for w in np.unique(bits[mask])}
+        if not used <= set(capacity):
+            raise ValueError(
+                f"round {r}: bit-widths {sorted(used - set(capacity))} are outside the "
+                f"layout's widths {tuple(capacity)}"
+            )
     out = {}
-    for w in WIDTHS:
+    for w in WIDTHS if capacity is None else sorted(capacity):
         sel = (bits == w) & mask  # [P, S_r], indexed by the forward sender
-        if not sel.any():
+        if capacity is None and not sel.any():
             continue
-        count = int(sel.sum(axis=1).max())
+        count = mask.shape[1] if capacity is not None else int(sel.sum(axis=1).max())
         slots = np.full((num_parts, count), -1, np.int32)
         for d in range(num_parts):
             s = np.flatnonzero(sel[d])
@@ -150,14 +164,14 @@ def _round_buckets(bits: np.ndarray, mask: np.ndarray, r: int, backward: bool) -
     return out
 
 
-def round_buckets(plan: HaloPlan, assignment: BitAssignment) -> dict:
+def round_buckets(plan: HaloPlan, assignment: BitAssignment, capacity=None) -> dict:
     """Host-side buckets: ``{"fwd"|"bwd": per layer, per round, {width: {"send", "recv"}}}``
     (see :func:`_round_buckets`); the wire order within a round is ascending width."""
     out = {}
     for name, direction in (("fwd", assignment.fwd), ("bwd", assignment.bwd)):
         out[name] = tuple(
             tuple(
-                _round_buckets(np.asarray(bits), mask, r, backward=name == "bwd")
+                _round_buckets(np.asarray(bits), mask, r, name == "bwd", capacity)
                 for r, (bits, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1)
             )
             for rounds in direction
@@ -191,10 +205,20 @@ class ExchangeLayout:
       round_rows: static: ``(S_1, ..., S_{P-1})``.
       round_bytes: static: per round, the distinct ``(a, b)`` such that a sender's bytes are
         ``a * D + b`` for rows of width ``D`` (the layout serves any ``D``); the round's buffer
-        is the largest of them (:func:`round_buffer_bytes`).
+        is the largest of them (:func:`round_buffer_bytes`). In a chunked layout, one pair: the
+        capacity of the round (every slot at the widest width).
+      chunks: static: ``0`` for an exact layout, whose bucket sizes and buffer lengths are
+        those of one assignment. ``J >= 1`` for a *chunked* layout: every width of the layout
+        has a bucket with room for every slot of the round (``C = S_r``), the round's buffer
+        is its capacity, and only its first ``n * u`` bytes travel (``u`` = capacity /
+        ``2^J``, ``n`` the units of the round's largest sender, agreed on by a ``pmax``), as
+        ``ppermute`` s of ``2^j u`` bytes for the set bits ``j`` of ``n``, each under a
+        ``lax.cond``. Its static fields depend on the plan only, so one compiled step serves
+        every assignment (see :func:`bucket_state`).
 
-    ``counts`` and ``round_bytes`` are part of the pytree structure, so a new assignment with
-    new sizes compiles a new step, and compiled steps are cached by structure and shapes.
+    ``counts``, ``round_bytes`` and ``chunks`` are part of the pytree structure: under exact
+    layouts a new assignment with new sizes compiles a new step (compiled steps are cached by
+    structure and shapes); chunked layouts of one plan share one structure.
     """
 
     rows: dict
@@ -204,6 +228,7 @@ class ExchangeLayout:
     counts: tuple
     round_rows: tuple
     round_bytes: tuple
+    chunks: int = 0
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -213,7 +238,7 @@ class ExchangeLayout:
 jax.tree_util.register_dataclass(
     ExchangeLayout,
     data_fields=["rows", "place", "sent", "got"],
-    meta_fields=["counts", "round_rows", "round_bytes"],
+    meta_fields=["counts", "round_rows", "round_bytes", "chunks"],
 )
 
 
@@ -232,8 +257,9 @@ def _block_offsets(counts: tuple, w: int) -> list[int | None]:
     return out + [pos]
 
 
-def _layout(plan: HaloPlan, buckets: tuple, backward: bool) -> ExchangeLayout:
-    """The :class:`ExchangeLayout` of one layer's buckets (``round_buckets(...)[dir][layer]``)."""
+def _layout(plan: HaloPlan, buckets: tuple, backward: bool, chunks: int = 0) -> ExchangeLayout:
+    """The :class:`ExchangeLayout` of one layer's buckets (``round_buckets(...)[dir][layer]``;
+    with ``chunks``, buckets built with a ``capacity``)."""
     num_parts = plan.num_parts
     counts = tuple(tuple((w, b["send"].shape[1]) for w, b in rb.items()) for rb in buckets)
     halo_off = plan.halo_offsets()
@@ -265,7 +291,10 @@ def _layout(plan: HaloPlan, buckets: tuple, backward: bool) -> ExchangeLayout:
                     place[d, pos] = send_idx[d, recv[real]]
                 else:
                     place[d, halo_off[r] + recv[real]] = pos
-        round_bytes.append(_bytes_by_dim(rb, sent[len(sent) - len(rb) :]))
+        if chunks:
+            round_bytes.append((_capacity(rb, plan.round_rows[r]),))
+        else:
+            round_bytes.append(_bytes_by_dim(rb, sent[len(sent) - len(rb) :]))
     shape = (num_parts, len(sent))
     return ExchangeLayout(
         rows={f"b{w}": a for w, a in rows.items()},
@@ -275,6 +304,18 @@ def _layout(plan: HaloPlan, buckets: tuple, backward: bool) -> ExchangeLayout:
         counts=counts,
         round_rows=tuple(plan.round_rows),
         round_bytes=tuple(round_bytes),
+        chunks=chunks,
+    )
+
+
+def _capacity(rb: dict, rows: int) -> tuple[int, int]:
+    """``(a, b)``: a sender's bytes in a round of ``rows`` slots are at most ``a * D + b``
+    whatever widths (keys of ``rb``) its rows have (a bucket of ``c`` rows packs into
+    ``ceil(c / k) <= c`` code rows)."""
+    per_row = [(4, 0) if w == 32 else (1, 8) for w in rb]
+    return (
+        rows * max((a for a, _ in per_row), default=0),
+        rows * max((b for _, b in per_row), default=0),
     )
 
 
@@ -288,14 +329,36 @@ def _bytes_by_dim(rb: dict, sent: list) -> tuple[tuple[int, int], ...]:
     return tuple(sorted({(int(a), int(b)) for a, b in per_dev}))
 
 
-def bucket_state(plan: HaloPlan, assignment: BitAssignment) -> dict:
+def bucket_state(
+    plan: HaloPlan, assignment: BitAssignment, *, chunks: int = 0, widths=QUANT_WIDTHS
+) -> dict:
     """The device-side layout of ``assignment``: ``{"fwd"|"bwd": per layer ExchangeLayout}``
-    (leaves ``int32[P, ...]``)."""
-    buckets = round_buckets(plan, assignment)
+    (leaves ``int32[P, ...]``).
+
+    ``chunks = 0`` sizes every bucket and round buffer for this assignment (a new assignment
+    compiles a new step). ``chunks = J >= 1`` gives a chunked layout (see
+    :class:`ExchangeLayout`) with a bucket for each of ``widths`` in every round: its
+    structure and shapes are the same for every assignment over ``widths``, at the price of
+    quantizing every slot at each width and of padding each round's transfer to a multiple
+    of ``1 / 2^J`` of its capacity."""
+    check_chunks(chunks)
+    capacity = tuple(sorted(widths)) if chunks else None
+    buckets = round_buckets(plan, assignment, capacity)
     return {
-        name: tuple(_layout(plan, layer, backward=name == "bwd") for layer in buckets[name])
+        name: tuple(_layout(plan, layer, name == "bwd", chunks) for layer in buckets[name])
         for name in ("fwd", "bwd")
     }
+
+
+MAX_CHUNKS = 12
+
+
+def check_chunks(chunks: int) -> None:
+    if not (isinstance(chunks, int | np.integer) and 0 <= chunks <= MAX_CHUNKS):
+        raise ValueError(
+            f"exchange chunks must be an integer in [0, {MAX_CHUNKS}] (0: exact layouts), "
+            f"got {chunks!r}"
+        )
 
 
 def _piece_bytes(rows, dim: int, bits: int):
@@ -313,22 +376,97 @@ def wire_bytes(rows: int, dim: int, bits: int) -> int:
 
 
 def round_buffer_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
-    """Length of each round's byte buffer for rows of width ``dim``: the largest sender's
-    total (every device sends that many bytes in the round)."""
-    return tuple(max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
+    """Length of each round's byte buffer for rows of width ``dim``. Exact layout: the largest
+    sender's total (every device sends that many bytes in the round). Chunked layout: the
+    round's capacity rounded up to whole units (:func:`chunk_bytes`); only the units the
+    largest sender fills travel (:func:`round_moved_bytes`)."""
+    longest = tuple(max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
+    if not layout.chunks:
+        return longest
+    return tuple(u << layout.chunks for u in chunk_bytes(layout, dim))
+
+
+def chunk_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
+    """Per round, the transfer unit ``u`` of a chunked layout: capacity / ``2^J``, rounded up."""
+    if not layout.chunks:
+        raise ValueError("an exact layout (chunks = 0) has no transfer unit")
+    caps = (max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
+    return tuple(-(-c // (1 << layout.chunks)) for c in caps)
+
+
+def _sender_bytes(layout: ExchangeLayout, dim: int, sent) -> list:
+    """Per round, the bytes of a sender's buckets in the round's buffer, from its real rows
+    per bucket ``sent`` (``[..., Q]``, host or device) -> per round ``[...]``."""
+    out, q = [], 0
+    for rc in layout.counts:
+        total = 0
+        for w, _ in rc:
+            total = total + sum(_piece_bytes(sent[..., q], dim, w))
+            q += 1
+        out.append(total)
+    return out
+
+
+def round_moved_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
+    """Bytes every device sends in each round (host side). Exact layout: the round's buffer.
+    Chunked layout: the units the round's largest sender fills."""
+    if not layout.chunks:
+        return round_buffer_bytes(layout, dim)
+    totals = _sender_bytes(layout, dim, np.asarray(layout.sent))
+    return tuple(
+        -(-int(np.max(t)) // u) * u if u else 0
+        for t, u in zip(totals, chunk_bytes(layout, dim), strict=True)
+    )
+
+
+def _agreement_bytes(layout: ExchangeLayout, num_parts: int) -> int:
+    """Bytes one device sends for a chunked layout's ``pmax`` of ``int32[R]`` (counted as an
+    all-gather, an upper bound of a ring all-reduce's ``2 (P - 1) / P`` of the vector)."""
+    return (num_parts - 1) * 4 * len(layout.counts) if layout.chunks else 0
 
 
 def layout_bytes(layout: ExchangeLayout, dim: int) -> int:
-    """Bytes one device sends in one exchange with ``layout`` (padded round buffers)."""
-    return sum(round_buffer_bytes(layout, dim))
+    """Bytes one device sends in one exchange with ``layout`` (host side: padded round
+    buffers; for a chunked layout, the units sent and the ``pmax`` that agrees on them)."""
+    if not layout.chunks:  # static: also inside the step
+        return sum(round_buffer_bytes(layout, dim))
+    num_parts = np.asarray(layout.sent).shape[0]
+    return sum(round_moved_bytes(layout, dim)) + _agreement_bytes(layout, num_parts)
 
 
-def byte_report(plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int]) -> dict:
-    """Static bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded round
-    buffers, what the collectives carry), ``bucket_padded`` (what they would carry with every
-    bucket padded to its largest sender, the layout before round buffers) and ``useful`` (real
-    rows only). Layer 0 has no backward exchange."""
-    state = bucket_state(plan, assignment)
+def _round_units(layout: ExchangeLayout, dim: int, axis_name) -> jax.Array:
+    """Device side, chunked layout: ``int32[R]``, per round the units the largest sender
+    fills, from each device's own bucket sizes by a ``pmax`` -- identical on every device, so
+    it can gate the collectives of :func:`_send_chunks`."""
+    units = np.maximum(np.asarray(chunk_bytes(layout, dim), np.int32), 1)
+    own = jnp.stack([jnp.asarray(t, jnp.int32) for t in _sender_bytes(layout, dim, layout.sent)])
+    return (jax.lax.pmax(own, axis_name) + units - 1) // units
+
+
+def exchange_bytes(layout: ExchangeLayout, dim: int, axis_name, num_parts: int):
+    """Bytes one device sends in one exchange with ``layout``, inside the step: a static
+    count for an exact layout, the units the rounds need (data) for a chunked one."""
+    if not layout.chunks:
+        return jnp.float32(layout_bytes(layout, dim))
+    units = _round_units(layout, dim, axis_name)
+    moved = jnp.sum(units * jnp.asarray(chunk_bytes(layout, dim), jnp.int32))
+    return (moved + _agreement_bytes(layout, num_parts)).astype(jnp.float32)
+
+
+def byte_report(
+    plan: HaloPlan,
+    assignment: BitAssignment,
+    layer_dims: Sequence[int],
+    *,
+    chunks: int = 0,
+    widths=QUANT_WIDTHS,
+) -> dict:
+    """Bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded round buffers,
+    what the collectives carry; see :func:`layout_bytes`), ``bucket_padded`` (what they would
+    carry with every bucket padded to its largest sender, the layout before round buffers) and
+    ``useful`` (real rows only). Layer 0 has no backward exchange. ``chunks`` and ``widths``
+    as in :func:`bucket_state`."""
+    state = bucket_state(plan, assignment, chunks=chunks, widths=widths)
     p = plan.num_parts
     out = {}
     for name in ("fwd", "bwd"):
@@ -336,14 +474,14 @@ def byte_report(plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[
             if name == "bwd" and layer == 0:
                 continue
             dim = layer_dims[layer]
-            q = [(w, c) for rc in layout.counts for w, c in rc]  # buckets, in `sent` order
+            q = [w for rc in layout.counts for w, _ in rc]  # buckets, in `sent` order
+            largest = np.asarray(layout.sent).max(axis=0, initial=0)  # per bucket
             out[f"{name}{layer}"] = {
                 "moved": p * layout_bytes(layout, dim),
-                "bucket_padded": p * sum(wire_bytes(c, dim, w) for w, c in q),
+                "bucket_padded": p
+                * sum(wire_bytes(int(c), dim, w) for w, c in zip(q, largest, strict=True)),
                 "useful": sum(
-                    wire_bytes(int(n), dim, w)
-                    for i, (w, _) in enumerate(q)
-                    for n in layout.sent[:, i]
+                    wire_bytes(int(n), dim, w) for i, w in enumerate(q) for n in layout.sent[:, i]
                 ),
             }
     return out
@@ -385,6 +523,8 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
             params[w] = _as_bytes(jnp.stack([scale, lo], axis=1).astype(jnp.float32))
             params[w] = params[w].reshape(-1, 8)  # [N, 8]
     lengths = round_buffer_bytes(layout, dim)
+    if layout.chunks:
+        units, unit = _round_units(layout, dim, axis_name), chunk_bytes(layout, dim)
     offsets = {w: _block_offsets(counts, w) for w in layout.widths}
     received, q = [], 0
     for r, rc in enumerate(counts):
@@ -400,9 +540,11 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
             received.append(None)
             continue
         buf = _pack(pieces, lengths[r])
-        received.append(
-            jax.lax.ppermute(buf, axis_name, ring_perm(num_parts, -(r + 1) if reverse else r + 1))
-        )
+        perm = ring_perm(num_parts, -(r + 1) if reverse else r + 1)
+        if layout.chunks:
+            received.append(_send_chunks(buf, units[r], unit[r], layout.chunks, axis_name, perm))
+        else:
+            received.append(jax.lax.ppermute(buf, axis_name, perm))
     codes, parameters, q = {w: [] for w in layout.widths}, {w: [] for w in layout.widths}, 0
     for r, rc in enumerate(counts):
         sizes = []  # per piece: (static bytes, real length in bytes)
@@ -443,14 +585,37 @@ def _pack(pieces, length: int) -> jax.Array:
     overwritten by the next piece or lie past the device's own total. The scratch buffer holds
     every piece at its static size, so no write is shifted by ``dynamic_update_slice``'s
     clamping of the start index."""
-    scratch = _like_varying(
-        jnp.zeros((sum(p.shape[0] for p, _ in pieces),), jnp.uint8), pieces[0][0]
-    )
+    size = max(sum(p.shape[0] for p, _ in pieces), length)
+    scratch = _like_varying(jnp.zeros((size,), jnp.uint8), pieces[0][0])
     offset = jnp.int32(0)
     for piece, real in pieces:
         scratch = jax.lax.dynamic_update_slice(scratch, piece, (offset,))
         offset = offset + real
     return scratch[:length]
+
+
+def _send_chunks(buf, units, unit: int, chunks: int, axis_name, perm) -> jax.Array:
+    """The first ``units * unit`` bytes of ``buf`` (``uint8[2^chunks * unit]``) sent along
+    ``perm``; the rest of the received buffer is zero.
+
+    The prefix travels as one ``ppermute`` of ``2^j * unit`` bytes per set bit ``j`` of
+    ``units`` (largest first), each under a ``lax.cond``: at most ``chunks + 1`` transfers, no
+    more than one unit beyond the largest sender's bytes. ``units`` must be identical on every
+    device (it comes from a ``pmax``): a collective in a branch that only some devices take
+    never completes."""
+    out = _like_varying(jnp.zeros_like(buf), buf)
+    offset = jnp.int32(0)
+    for j in reversed(range(chunks + 1)):
+        size, take = unit << j, (units >> j) & 1
+
+        def send(out, offset=offset, size=size):
+            piece = jax.lax.dynamic_slice(buf, (offset,), (size,))
+            piece = jax.lax.ppermute(piece, axis_name, perm)
+            return jax.lax.dynamic_update_slice(out, piece, (offset,))
+
+        out = jax.lax.cond(take == 1, send, lambda out: out, out)
+        offset = offset + take * size
+    return out
 
 
 def _unpack(buf: jax.Array, sizes) -> list[jax.Array]:
@@ -559,18 +724,24 @@ class Quantized(CommStrategy):
         message, re-drawn every ``period`` epochs).
       period: epochs per assignment period (random mode).
       seed: seed of the random draws.
+      chunks: layout of a re-drawn assignment (random mode; see :func:`bucket_state`): ``0``
+        sizes the buffers for each assignment, so every new one compiles a new step; ``J``
+        keeps one chunked layout, and one compiled step, for every assignment. A fixed width
+        never changes, so its layout is always exact.
     """
 
-    def __init__(self, bits: int | str = 8, *, period: int = 40, seed: int = 0):
+    def __init__(self, bits: int | str = 8, *, period: int = 40, seed: int = 0, chunks: int = 0):
         if bits != "random":
             _check_width(bits)
         if period < 1:
             raise ValueError(f"assignment period must be at least 1 epoch, got {period}")
+        check_chunks(chunks)
         self.bits, self.period, self.seed = bits, int(period), int(seed)
+        self.chunks = int(chunks) if bits == "random" else 0
         self.name = f"quant-{bits}"
 
     def _key(self):
-        return (type(self), self.bits, self.period, self.seed)
+        return (type(self), self.bits, self.period, self.seed, self.chunks)
 
     def __eq__(self, other):
         return isinstance(other, Quantized) and other._key() == self._key()
@@ -589,7 +760,7 @@ class Quantized(CommStrategy):
         # After `epoch` completed epochs the state holds the assignment that epoch used.
         period_index = max(epoch - 1, 0) // self.period
         assignment = self.assignment(plan, len(layer_dims), period_index=period_index)
-        return bucket_state(plan, assignment)
+        return bucket_state(plan, assignment, chunks=self.chunks)
 
     def update_state(self, comm_state, *, epoch, plan, layer_dims):
         if self.bits != "random" or epoch == 1 or (epoch - 1) % self.period:
@@ -618,5 +789,7 @@ class Quantized(CommStrategy):
             h_local, fwd, bwd, key, axis_name=axis_name, num_parts=num_parts, probe=probe
         )
         dim = h_local.shape[-1]
-        nbytes = layout_bytes(fwd, dim) + (layout_bytes(bwd, dim) if layer > 0 else 0)
-        return h_remote, comm_state, jnp.float32(nbytes)
+        nbytes = exchange_bytes(fwd, dim, axis_name, num_parts)
+        if layer > 0:  # the first layer's input is data: no backward exchange
+            nbytes = nbytes + exchange_bytes(bwd, dim, axis_name, num_parts)
+        return h_remote, comm_state, nbytes

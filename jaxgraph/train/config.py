@@ -61,6 +61,11 @@ class TrainConfig:
       assign_period: epochs per bit-assignment period of the quantized methods
         (0 = ``epochs // 5``, as AdaQP).
       assign: settings of the adaptive bit assignment (method ``adaqp``).
+      exchange_chunks: layout of the quantized exchange under changing assignments
+        (``quant-random``, ``adaqp``): ``J >= 1`` keeps one layout, and one compiled step, for
+        the whole run, every round's transfer padded to a multiple of ``1 / 2^J`` of the
+        round's 8-bit capacity; ``0`` sizes the buffers exactly for each assignment and
+        compiles a new step for each (see :func:`jaxgraph.comm.quantized.bucket_state`).
       compile_ahead: compile the step of an assignment the strategy has already decided
         (``quant-random``'s next draw, ``adaqp`` with ``assign.lookahead``) in a background
         thread while the current one trains, instead of at the period boundary.
@@ -77,6 +82,7 @@ class TrainConfig:
     partition: str = "metis"
     method: str = "vanilla"
     assign_period: int = 0
+    exchange_chunks: int = 4
     compile_ahead: bool = True
     epochs: int = 200
     seed: int = 0

@@ -54,6 +54,7 @@ def make_strategy(
     seed: int = 0,
     model: str = "gcn",
     assign: AssignConfig | None = None,
+    chunks: int = 0,
 ) -> CommStrategy:
     """The communication strategy named ``method`` (one of :data:`METHODS`).
 
@@ -64,7 +65,10 @@ def make_strategy(
     ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
     through the same path); ``quant-random`` draws a width from {2, 4, 8} per message every
     ``period`` epochs; ``adaqp`` re-solves the widths every ``period`` epochs from traced
-    messages (settings ``assign``; ``model`` names the aggregation that weighs them).
+    messages (settings ``assign``; ``model`` names the aggregation that weighs them). For
+    these two, ``chunks`` chooses the layout of the exchange
+    (:func:`jaxgraph.comm.quantized.bucket_state`): ``0`` re-jits the step for every new
+    assignment, ``J >= 1`` compiles one step for all of them.
     """
     if method == "vanilla":
         return Vanilla()
@@ -72,13 +76,19 @@ def make_strategy(
         from jaxgraph.comm.adaptive import Adaptive
 
         return Adaptive(
-            assign or AssignConfig(), period=period, norm=_MODEL_NORM.get(model, "mean"), seed=seed
+            assign or AssignConfig(),
+            period=period,
+            norm=_MODEL_NORM.get(model, "mean"),
+            seed=seed,
+            chunks=chunks,
         )
     if method.startswith("quant-") and method in METHODS:
         from jaxgraph.comm.quantized import Quantized
 
         bits = method.removeprefix("quant-")
-        return Quantized(bits if bits == "random" else int(bits), period=period, seed=seed)
+        if bits == "random":
+            return Quantized("random", period=period, seed=seed, chunks=chunks)
+        return Quantized(int(bits), period=period, seed=seed)
     if method.startswith("pipegcn"):
         from jaxgraph.comm.pipegcn import make_pipegcn
 
@@ -159,6 +169,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         seed=config.seed,
         model=config.model.name,
         assign=config.assign,
+        chunks=config.exchange_chunks,
     )
     graph = load_graph(config.data) if graph is None else graph
     if config.parts > graph.num_nodes:

@@ -234,6 +234,19 @@ def test_reported_bytes_match_static_report(bits):
         assert 0 < v["useful"] <= v["moved"]
 
 
+def _assert_rows_arrive(plan, state):
+    """Every real halo slot of the first layer's forward exchange under ``state`` is within
+    one 2-bit quantization step of its node's row. Rows of different nodes are 10 or more
+    apart, so a row delivered to the wrong slot cannot pass."""
+    x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
+    x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
+    f = _exchange_program(plan, state)
+    halo = np.asarray(f(x, state["fwd"][0], state["bwd"][0], jax.random.key(1)))
+    expect = plan.halo_nodes[..., None] * 10.0 + np.arange(3)
+    err = np.abs(halo - expect)[plan.halo_mask]
+    assert err.max() <= 2.0 / 3.0 + 1e-5  # Δ of a 2-bit code on a row of range 2
+
+
 def test_round_buffer_is_as_long_as_the_largest_sender():
     """Under a mixed assignment a round's buffer holds each sender's real buckets back to back,
     at the sender's own offsets: it is as long as the largest sender's bytes, not the sum of
@@ -258,16 +271,8 @@ def test_round_buffer_is_as_long_as_the_largest_sender():
         assert moved < report[f"fwd{layer}"]["bucket_padded"]
         if layer:  # the gradient rows travel back at the same widths: the same buffers
             assert report[f"bwd{layer}"]["moved"] == moved
-    # The rows arrive where they belong, within one quantization step (the offsets differ
-    # per device, so a mix-up would deliver another node's row, 10 or more away).
-    state = bucket_state(plan, assignment)
-    x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
-    x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
-    f = _exchange_program(plan, state)
-    halo = np.asarray(f(x, state["fwd"][0], state["bwd"][0], jax.random.key(1)))
-    expect = plan.halo_nodes[..., None] * 10.0 + np.arange(3)
-    err = np.abs(halo - expect)[plan.halo_mask]
-    assert err.max() <= 2.0 / 3.0 + 1e-5  # Δ of a 2-bit code on a row of range 2
+    # The rows arrive where they belong (the offsets differ per device).
+    _assert_rows_arrive(plan, bucket_state(plan, assignment))
     # The training step reports the bytes the report counts.
     trainer, shards, _ = _trainer(Quantized(8), plan)
     model_dims = (GRAPH.num_features, 8)
@@ -331,5 +336,150 @@ def test_step_sends_one_buffer_per_round_and_quantizes_each_width_once():
     text = trainer.train_step.lower(state, shards).as_text()
     rounds, exchanges, widths = plan.num_parts - 1, 3, 3
     assert text.count("stablehlo.collective_permute") == exchanges * rounds
+    assert len(re.findall(r"call @quantize(?:_\d+)?\(", text)) == exchanges * widths
+    assert len(re.findall(r"call @dequantize(?:_\d+)?\(", text)) == exchanges * widths
+
+
+# ---------------------------------------------------------------------- chunked layouts
+
+
+def _mixed_assignment(plan, widths):
+    """Device ``d`` sends every row at ``widths[d]`` (both directions, both layers)."""
+    widths = np.asarray(widths, np.int8)
+    rounds = tuple(np.broadcast_to(widths[:, None], m.shape).copy() for m in plan.send_mask)
+    return BitAssignment(fwd=(rounds, rounds), bwd=(rounds, rounds))
+
+
+def test_chunked_layout_shapes_do_not_depend_on_the_assignment():
+    """One chunked layout, hence one compiled step, serves every assignment over its widths;
+    exact layouts of different assignments differ in shape."""
+    plan = _plan(4)
+    rng = np.random.default_rng(0)
+    assignments = [
+        BitAssignment.uniform(plan, 2, 8),
+        BitAssignment.random(plan, 2, rng),
+        _mixed_assignment(plan, [8, 2, 4, 2]),
+    ]
+
+    def signature(state):
+        leaves, tree = jax.tree_util.tree_flatten(state)
+        return tree, [np.shape(a) for a in leaves]
+
+    chunked = [signature(bucket_state(plan, a, chunks=3)) for a in assignments]
+    exact = [signature(bucket_state(plan, a)) for a in assignments]
+    assert chunked[0] == chunked[1] == chunked[2]
+    assert exact[0] != exact[1] and exact[1] != exact[2]
+    with pytest.raises(ValueError, match=r"bit-widths \[32\] are outside"):
+        bucket_state(plan, BitAssignment.uniform(plan, 2, 32), chunks=3)
+    with pytest.raises(ValueError, match="exchange chunks must be an integer"):
+        bucket_state(plan, assignments[0], chunks=-1)
+
+
+def test_chunked_uncompressed_width_equals_vanilla(chunks=2):
+    """At 32 bits through a chunked layout (every bucket at full capacity, the round buffers
+    sent in chunks) the loss is Vanilla's bit for bit and the gradients agree to fp32
+    rounding, as for the exact layout."""
+    plan = _plan(4)
+    t_v, shards_v, state_v = _trainer(Vanilla(), plan)
+    t_q, shards_q, state_q = _trainer(Quantized(32), plan)
+    layout = bucket_state(
+        plan, BitAssignment.uniform(plan, 2, 32), chunks=chunks, widths=(2, 4, 8, 32)
+    )
+    state_q = state_q.replace(comm_state=t_q.place_comm_state(layout))
+    loss_v, grads_v = t_v.loss_and_grads(state_v, shards_v)
+    loss_q, grads_q = t_q.loss_and_grads(state_q, shards_q)
+    assert float(loss_v) == float(loss_q)
+    for a, b in zip(jax.tree.leaves(grads_v), jax.tree.leaves(grads_q), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-8)
+
+
+def test_chunked_layout_sends_the_largest_sender_rounded_up_to_a_unit():
+    """Devices of a round use different widths (8, 2, 4, 2). A chunked layout moves, per
+    round, the largest sender's bytes rounded up to a unit of capacity / 2^J, plus the
+    ``pmax`` that agrees on it; rows still arrive where they belong; the step reports those
+    bytes."""
+    from jaxgraph.comm.quantized import chunk_bytes, layout_bytes
+
+    plan = _plan(4, "random")
+    assignment = _mixed_assignment(plan, [8, 2, 4, 2])
+    chunks, dims = 2, (3, 8)
+    exact = byte_report(plan, assignment, dims)
+    report = byte_report(plan, assignment, dims, chunks=chunks)
+    state = bucket_state(plan, assignment, chunks=chunks)
+    p, rounds = plan.num_parts, plan.num_parts - 1
+    for layer, dim in enumerate(dims):
+        layout = state["fwd"][layer]
+        units = chunk_bytes(layout, dim)
+        # Capacity: every slot at 8 bits, codes plus 8 parameter bytes per row.
+        assert units == tuple(-(-(s * (dim + 8)) // 2**chunks) for s in plan.round_rows)
+        moved = 0
+        for mask, u in zip(plan.send_mask, units, strict=True):
+            longest = max(
+                wire_bytes(int(n), dim, int(w))
+                for n, w in zip(mask.sum(axis=1), (8, 2, 4, 2), strict=True)
+            )
+            moved += -(-longest // u) * u
+        agree = (p - 1) * 4 * rounds
+        assert layout_bytes(layout, dim) == moved + agree
+        assert report[f"fwd{layer}"]["moved"] == p * (moved + agree)
+        assert report[f"fwd{layer}"]["useful"] == exact[f"fwd{layer}"]["useful"]
+        assert exact[f"fwd{layer}"]["moved"] <= report[f"fwd{layer}"]["moved"]
+        assert report[f"fwd{layer}"]["moved"] < exact[f"fwd{layer}"]["moved"] + p * (
+            sum(units) + agree
+        )
+    _assert_rows_arrive(plan, state)
+    trainer, shards, _ = _trainer(Quantized("random", chunks=chunks), plan)
+    model_dims = (GRAPH.num_features, 8)
+    train_state = trainer.create_state(
+        jax.random.key(3), GRAPH.num_features, bucket_state(plan, assignment, chunks=chunks)
+    )
+    _, metrics = trainer.train_step(train_state, shards)
+    report = byte_report(plan, assignment, model_dims, chunks=chunks)
+    assert float(metrics["bytes_moved"]) == sum(v["moved"] for v in report.values())
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_send_chunks_delivers_the_agreed_prefix(chunks):
+    """Each device's buffer holds its own number of real bytes; the ``pmax`` of the units
+    they need decides the transfers, and every receiver gets exactly the first
+    ``units * unit`` bytes of its sender's buffer, zeros after."""
+    from jaxgraph.comm.quantized import _send_chunks
+    from jaxgraph.comm.ring import ring_perm
+
+    num_parts, unit = 4, 5
+    size = unit << chunks
+    mesh = make_mesh(num_parts)
+    axis = mesh.axis_names[0]
+    rng = np.random.default_rng(chunks)
+    for lengths in ([0, 0, 0, 0], [1, 0, 3, 2], [size, 1, 0, 7], list(rng.integers(0, size, 4))):
+        bufs = rng.integers(1, 255, (num_parts, size)).astype(np.uint8)
+        need = -(-max(lengths) // unit)
+
+        def body(buf, length):
+            units = jax.lax.pmax((length[0] + unit - 1) // unit, axis)
+            out = _send_chunks(buf[0], units, unit, chunks, axis, ring_perm(num_parts, 1))
+            return out[None]
+
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(axis),) * 2, out_specs=P(axis)))
+        got = np.asarray(f(bufs, np.asarray(lengths, np.int32)))
+        for d in range(num_parts):
+            sender = bufs[(d - 1) % num_parts]
+            np.testing.assert_array_equal(got[d, : need * unit], sender[: need * unit])
+            assert not got[d, need * unit :].any()
+
+
+def test_chunked_step_gates_each_rounds_transfers():
+    """A chunked exchange runs, per ring round, one ``ppermute`` per power-of-two chunk size
+    (``J + 1`` of them, each in a conditional branch) and still one quantize and dequantize
+    per width."""
+    import re
+
+    plan = _plan(4, "random")
+    chunks = 2
+    trainer, shards, state = _trainer(Quantized("random", seed=0, chunks=chunks), plan)
+    text = trainer.train_step.lower(state, shards).as_text()
+    rounds, exchanges, widths = plan.num_parts - 1, 3, 3
+    assert text.count("stablehlo.collective_permute") == exchanges * rounds * (chunks + 1)
+    assert text.count("stablehlo.case") >= exchanges * rounds * (chunks + 1)
     assert len(re.findall(r"call @quantize(?:_\d+)?\(", text)) == exchanges * widths
     assert len(re.findall(r"call @dequantize(?:_\d+)?\(", text)) == exchanges * widths

@@ -156,7 +156,9 @@ def test_quantized_random_run_resumes_across_assignment_periods(tmp_path):
     """Random bit-widths are re-drawn every period (re-jitting for new bucket sizes); a run
     resumed in the middle restores the assignment in force and reproduces the metrics."""
     full, cut = tmp_path / "full", tmp_path / "cut"
-    kw = dict(method="quant-random", assign_period=2, checkpoint_every=2, parts=2)
+    kw = dict(
+        method="quant-random", assign_period=2, checkpoint_every=2, parts=2, exchange_chunks=0
+    )
     summary = train(_config(full, epochs=5, **kw), graph=GRAPH)
     records = _metrics(full)
     assert summary["compiled_steps"] >= 2
@@ -169,7 +171,14 @@ def test_quantized_random_run_resumes_across_assignment_periods(tmp_path):
 def test_compiling_ahead_changes_nothing_but_when_the_step_compiles(tmp_path):
     """Random widths are known before their period: the next step compiles in the background
     and is used at the boundary, with metrics identical to compiling at the boundary."""
-    kw = dict(method="quant-random", assign_period=2, parts=2, epochs=3, checkpoint_every=0)
+    kw = dict(
+        method="quant-random",
+        assign_period=2,
+        parts=2,
+        epochs=3,
+        checkpoint_every=0,
+        exchange_chunks=0,  # exact layouts: each assignment compiles its own step
+    )
     ahead = train(_config(tmp_path / "ahead", **kw), graph=GRAPH)
     sync = train(_config(tmp_path / "sync", compile_ahead=False, **kw), graph=GRAPH)
     assert (ahead["compiled_steps"], ahead["compiled_ahead"]) == (2, 1)
@@ -192,6 +201,7 @@ def test_adaqp_lookahead_solves_early_installs_at_the_boundary_and_resumes(tmp_p
         parts=2,
         epochs=5,
         checkpoint_every=1,
+        exchange_chunks=0,  # exact layouts: the installed assignment's step compiles ahead
         assign=AssignConfig(lookahead=1, group_size=8, lam=0.2),
     )
     summary = train(_config(tmp_path / "full", **kw), graph=GRAPH)
