@@ -82,7 +82,7 @@ class TrainConfig:
     partition: str = "metis"
     method: str = "vanilla"
     assign_period: int = 0
-    exchange_chunks: int = 4
+    exchange_chunks: int = 6
     compile_ahead: bool = True
     epochs: int = 200
     seed: int = 0
