@@ -49,7 +49,7 @@ from jaxgraph.comm.adaptive import (  # noqa: E402
     projected_comm_time,
 )
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
-from jaxgraph.comm.quantized import BitAssignment, Quantized  # noqa: E402
+from jaxgraph.comm.quantized import BitAssignment, Quantized, default_chunks  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.train import DataConfig, ModelConfig, OptimConfig, TrainConfig, train  # noqa: E402
@@ -137,7 +137,7 @@ def run_one(cfg: TrainConfig, graph) -> dict:
         "group_size": cfg.assign.group_size,
         "period": assignment_period(cfg),
         "lookahead": cfg.assign.lookahead if cfg.method == "adaqp" else 0,
-        "chunks": cfg.exchange_chunks if cfg.method in PERIODIC else 0,
+        "chunks": summary["exchange_chunks"] if cfg.method in PERIODIC else 0,
         "compiled_steps": summary["compiled_steps"],
         "compile_time": summary["compile_time"],
         "test_acc": 100 * summary["test_at_best"],
@@ -289,9 +289,10 @@ def main(argv=None) -> None:
         "--exchange-chunks",
         nargs="+",
         type=int,
-        default=[TrainConfig().exchange_chunks],
+        default=[default_chunks()],
         help="layouts of quant-random and adaqp: 0 = exact buffers (a step per assignment), "
-        "J = one chunked layout for the run; several values run each",
+        "J = one chunked layout for the run; several values run each (default: the "
+        "backend's, 6 on CPU)",
     )
     p.add_argument("--out", type=Path, help="output prefix: <out>.csv, <out>.md, <out>.png")
     p.add_argument(

@@ -100,7 +100,8 @@ def _build_parser() -> argparse.ArgumentParser:
         type=int,
         help="quant-random, adaqp: 0 sizes the exchange's buffers for each assignment (a new "
         "step compiles for each); J >= 1 compiles one step for every assignment, padding each "
-        "ring round's transfer to a multiple of 1/2^J of its 8-bit capacity (default 6)",
+        "ring round's transfer to a multiple of 1/2^J of its 8-bit capacity (default: 6 on "
+        "CPU, 0 on accelerators)",
     )
     tp.add_argument(
         "--no-compile-ahead",

@@ -46,7 +46,9 @@ def test_two_epoch_training_run(tmp_path, capsys):
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["epochs"] == 2 and summary["parts"] == 4 and summary["model"] == "sage"
-    assert summary["method"] == "adaqp" and summary["compiled_steps"] == 1  # chunked layout
+    # On CPU the default layout is chunked: the solved assignment reuses the first step.
+    assert summary["method"] == "adaqp" and summary["exchange_chunks"] == 6
+    assert summary["compiled_steps"] == 1
     assert 0.0 <= summary["test_at_best"] <= 1.0
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["epoch"] for x in lines] == [1, 2]

@@ -353,6 +353,18 @@ def bucket_state(
 MAX_CHUNKS = 12
 
 
+def default_chunks(backend: str | None = None) -> int:
+    """The layout for changing assignments on ``backend`` (default: JAX's): chunked (``6``,
+    units of 1/64 of a round's capacity) on CPU, exact (``0``) on accelerators.
+
+    On the emulated CPU mesh compiling a step takes the same cores as training, and many
+    times a period's training time on small graphs, so one program for the whole run wins.
+    On accelerators the chunks' collectives, each inside a conditional, could not overlap the
+    central aggregation outside it, while the step of a known next assignment compiles in a
+    host thread as the devices train (``TrainConfig.compile_ahead``)."""
+    return 6 if (backend or jax.default_backend()) == "cpu" else 0
+
+
 def check_chunks(chunks: int) -> None:
     if not (isinstance(chunks, int | np.integer) and 0 <= chunks <= MAX_CHUNKS):
         raise ValueError(

@@ -66,6 +66,8 @@ class TrainConfig:
         the whole run, every round's transfer padded to a multiple of ``1 / 2^J`` of the
         round's 8-bit capacity; ``0`` sizes the buffers exactly for each assignment and
         compiles a new step for each (see :func:`jaxgraph.comm.quantized.bucket_state`).
+        ``None``: :func:`jaxgraph.comm.quantized.default_chunks` for the backend (chunked on
+        CPU, exact on accelerators).
       compile_ahead: compile the step of an assignment the strategy has already decided
         (``quant-random``'s next draw, ``adaqp`` with ``assign.lookahead``) in a background
         thread while the current one trains, instead of at the period boundary.
@@ -82,7 +84,7 @@ class TrainConfig:
     partition: str = "metis"
     method: str = "vanilla"
     assign_period: int = 0
-    exchange_chunks: int = 6
+    exchange_chunks: int | None = None
     compile_ahead: bool = True
     epochs: int = 200
     seed: int = 0

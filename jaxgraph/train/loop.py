@@ -100,6 +100,15 @@ def make_strategy(
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
+def _exchange_chunks(config: TrainConfig) -> int:
+    """The exchange layout in force: ``exchange_chunks``, or the backend's default."""
+    if config.exchange_chunks is not None:
+        return config.exchange_chunks
+    from jaxgraph.comm.quantized import default_chunks
+
+    return default_chunks()
+
+
 def assignment_period(config: TrainConfig) -> int:
     """Epochs per bit-assignment period: ``assign_period``, or ``epochs // 5`` (AdaQP)."""
     return config.assign_period or max(config.epochs // 5, 1)
@@ -169,7 +178,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         seed=config.seed,
         model=config.model.name,
         assign=config.assign,
-        chunks=config.exchange_chunks,
+        chunks=_exchange_chunks(config),
     )
     graph = load_graph(config.data) if graph is None else graph
     if config.parts > graph.num_nodes:
@@ -358,6 +367,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
         "compiled_steps": len(compiled),
+        "exchange_chunks": _exchange_chunks(config),
         "compiled_ahead": used_ahead,
         # Re-assignments: the host-side decision (traces to the host, solve, new buffers) and
         # the compilation of the step for the new layout, in seconds and as wall-clock shares.

@@ -11,6 +11,7 @@ from jaxgraph.comm.quantized import (
     Quantized,
     bucket_state,
     byte_report,
+    default_chunks,
     quantized_ring_exchange,
     round_buckets,
     wire_bytes,
@@ -84,12 +85,19 @@ def _exchange_program(plan, state):
 
 
 @pytest.mark.parametrize(
-    ("num_parts", "bits"),
-    [(2, 2), (4, 4), (8, 8), (4, "random"), pytest.param(8, "random", marks=pytest.mark.slow)],
+    ("num_parts", "bits", "chunks"),
+    [
+        (2, 2, 0),
+        (4, 4, 0),
+        (8, 8, 0),
+        (4, "random", 0),
+        (4, "random", 3),  # every width's bucket holds every slot
+        pytest.param(8, "random", 0, marks=pytest.mark.slow),
+    ],
 )
-def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts):
+def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks):
     plan = _plan(num_parts, "random")
-    strategy = Quantized(bits, seed=1)
+    strategy = Quantized(bits, seed=1, chunks=chunks)
     state = strategy.init_state(plan, (3,))
     x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
     x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
@@ -101,7 +109,8 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts):
     # to a multiple of k = 8 / b) concatenated in round order and quantized with one key.
     offsets = np.cumsum([0, *plan.round_rows])
     quant = jax.jit(lambda x, w, k: dequantize(*quantize(x, w, k), w, x.shape[0]), static_argnums=1)
-    buckets = round_buckets(plan, strategy.assignment(plan, 1))["fwd"][0]
+    capacity = (2, 4, 8) if chunks else None
+    buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["fwd"][0]
     for s in range(num_parts):
         sender_key = jax.random.fold_in(jax.random.fold_in(key, s), 0)
         for w in sorted({w for rb in buckets for w in rb}):
@@ -373,6 +382,8 @@ def test_chunked_layout_shapes_do_not_depend_on_the_assignment():
         bucket_state(plan, BitAssignment.uniform(plan, 2, 32), chunks=3)
     with pytest.raises(ValueError, match="exchange chunks must be an integer"):
         bucket_state(plan, assignments[0], chunks=-1)
+    # Chunked where compiling competes with training (CPU), exact on accelerators.
+    assert (default_chunks("cpu"), default_chunks("gpu"), default_chunks("tpu")) == (6, 0, 0)
 
 
 def test_chunked_uncompressed_width_equals_vanilla(chunks=2):
