@@ -199,7 +199,7 @@ def _metrics(workdir):
     return [json.loads(s) for s in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("chunks", [0, 2])
+@pytest.mark.parametrize("chunks", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_end_to_end_adaqp_reassigns_and_logs(tmp_path, chunks):
     """`train` with method adaqp: uniform 8 bits in the first period, then a solved
     assignment, its width histogram and overhead in the metrics. With exact layouts the new

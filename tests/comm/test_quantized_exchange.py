@@ -390,7 +390,7 @@ def test_chunked_uncompressed_width_equals_vanilla(chunks=2):
     """At 32 bits through a chunked layout (every bucket at full capacity, the round buffers
     sent in chunks) the loss is Vanilla's bit for bit and the gradients agree to fp32
     rounding, as for the exact layout."""
-    plan = _plan(4)
+    plan = _plan(2)
     t_v, shards_v, state_v = _trainer(Vanilla(), plan)
     t_q, shards_q, state_q = _trainer(Quantized(32), plan)
     layout = bucket_state(
