@@ -230,12 +230,12 @@ def plot(rows: list[dict], path: Path) -> None:
         figsize=(4 * len(datasets), 3.2 * len(settings)),
         squeeze=False,
     )
+    chunkings = sorted({r.get("chunks", 0) for r in rows})
     for (i, (model, parts)), (j, ds) in itertools.product(enumerate(settings), enumerate(datasets)):
         ax = axes[i][j]
         if not any((r["dataset"], r["model"], r["parts"]) == (ds, model, parts) for r in rows):
             ax.set_axis_off()
             continue
-        chunkings = sorted({r.get("chunks", 0) for r in rows})
         for method, chunks in itertools.product(METHODS, chunkings):
             sel = [
                 r

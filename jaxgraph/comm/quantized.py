@@ -392,18 +392,22 @@ def round_buffer_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
     sender's total (every device sends that many bytes in the round). Chunked layout: the
     round's capacity rounded up to whole units (:func:`chunk_bytes`); only the units the
     largest sender fills travel (:func:`round_moved_bytes`)."""
-    longest = tuple(max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
     if not layout.chunks:
-        return longest
+        return _largest_round_bytes(layout, dim)
     return tuple(u << layout.chunks for u in chunk_bytes(layout, dim))
+
+
+def _largest_round_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
+    """Per round, the largest ``a * dim + b`` of ``round_bytes``: the largest sender's bytes
+    (exact layout) or the round's capacity (chunked layout)."""
+    return tuple(max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
 
 
 def chunk_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
     """Per round, the transfer unit ``u`` of a chunked layout: capacity / ``2^J``, rounded up."""
     if not layout.chunks:
         raise ValueError("an exact layout (chunks = 0) has no transfer unit")
-    caps = (max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
-    return tuple(-(-c // (1 << layout.chunks)) for c in caps)
+    return tuple(-(-c // (1 << layout.chunks)) for c in _largest_round_bytes(layout, dim))
 
 
 def _sender_bytes(layout: ExchangeLayout, dim: int, sent) -> list:

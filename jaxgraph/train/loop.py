@@ -86,9 +86,8 @@ def make_strategy(
         from jaxgraph.comm.quantized import Quantized
 
         bits = method.removeprefix("quant-")
-        if bits == "random":
-            return Quantized("random", period=period, seed=seed, chunks=chunks)
-        return Quantized(int(bits), period=period, seed=seed)
+        bits = bits if bits == "random" else int(bits)  # a fixed width ignores `chunks`
+        return Quantized(bits, period=period, seed=seed, chunks=chunks)
     if method.startswith("pipegcn"):
         from jaxgraph.comm.pipegcn import make_pipegcn
 
