@@ -230,6 +230,9 @@ class Adaptive(Quantized):
 
     def init_state(self, plan, layer_dims, *, epoch: int = 0):
         del epoch  # only a checkpoint knows a later assignment (see resume_state)
+        from jaxgraph.comm import assign
+
+        assign.load_solver()  # at set-up, not in the first assignment's overhead
         return self.state_from_assignment(
             plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), 8)
         )

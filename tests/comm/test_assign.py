@@ -1,5 +1,6 @@
 """The bit-width program: HiGHS optimum against brute force, limits, fallbacks, grouping."""
 
+import dataclasses
 import time
 
 import cvxpy
@@ -101,6 +102,33 @@ def test_round_by_round_solve_equals_the_joint_program(lam):
     assert joint_status == "optimal" and by_round.status == "optimal"
     joint_objective = assign._evaluate(model, joint)[0][0]
     assert by_round.objective == pytest.approx(joint_objective, rel=REL, abs=1e-12)
+
+
+def test_programs_of_one_structure_are_reused_with_new_weights():
+    """A second program with the same groups and costs but other weights (the next assignment
+    of a run) reuses the cached cvxpy programs and still reaches its own optimum, also when
+    several threads solve that structure at once."""
+    problem, _, _ = _small_instance(3, lam=0.5)
+    rng = np.random.default_rng(12)
+    reweighted = dataclasses.replace(
+        problem,
+        channels=tuple(
+            dataclasses.replace(c, weight=rng.permutation(c.weight) * 3.0 + 0.1)
+            for c in problem.channels
+        ),
+    )
+    assign._PROGRAMS.clear()
+    first = solve(problem, mip_rel_gap=0.0)
+    cached = dict(assign._PROGRAMS)
+    assert len(cached) == assign._model(problem).num_rounds
+    second = solve(reweighted, mip_rel_gap=0.0)
+    assert assign._PROGRAMS == cached  # no new program was built
+    for p, sol in ((problem, first), (reweighted, second)):
+        assert sol.objective == pytest.approx(solve_brute_force(p).objective, rel=REL, abs=1e-12)
+    expected = solve_brute_force(reweighted).objective
+    out = assign.solve_many({k: reweighted for k in "abcd"}, mip_rel_gap=0.0, max_workers=4)
+    for sol in out.values():
+        assert sol.objective == pytest.approx(expected, rel=REL, abs=1e-12)
 
 
 def test_lam_one_gives_every_weighted_group_the_widest_width():
