@@ -203,7 +203,8 @@ class Solution:
       time: ``sum_r max_c t_c`` of ``bits`` in seconds (``sum_r Z_r`` at the optimum).
       status: ``"optimal"``, ``"user_limit"`` (best integer solution under the time limit or
         gap), ``"fast_path"``, ``"empty"`` or ``"fallback"``.
-      solve_seconds: wall time of the model build and solve.
+      solve_seconds: wall time from the start of the solving call (which may solve several
+        programs together) to this program's result.
       used_fallback: the fallback was returned.
       cause: why the fallback was used (empty otherwise).
       mip_gap: the largest final relative gap of the rounds' solves, a bound on the program's
@@ -634,21 +635,8 @@ def describe_fallback(fallback, widths: Sequence[int] = BITS) -> str:
 
 
 def _solve(problem, time_limit, mip_rel_gap, fallback) -> Solution:
-    """:func:`solve` without the warning (safe to run in a worker thread)."""
-    t0 = time.perf_counter()
-    _check_limits(time_limit, mip_rel_gap)
-    model = _model(problem)
-    fallback_choice = _fallback_choice(problem, model, fallback)  # validated before any solve
-    fast = _fast_path(problem, model)
-    if fast is not None:
-        choice = np.full(model.channel.size, model.widths.size - 1, np.int64)
-        return _solution(problem, model, choice, fast, t0)
-    try:
-        choice, status, gap = _solve_rounds(problem, model, time_limit, mip_rel_gap)
-    except _NoSolution as e:
-        choice = fallback_choice
-        return _solution(problem, model, choice, "fallback", t0, used_fallback=True, cause=str(e))
-    return _solution(problem, model, choice, status, t0, mip_gap=gap)
+    """:func:`solve` without the warning, its rounds one after another."""
+    return _solve_all({None: problem}, time_limit, mip_rel_gap, {None: fallback}, 1)[None]
 
 
 def _round_model(model: _Model, r: int) -> tuple[_Model, np.ndarray]:
@@ -669,33 +657,79 @@ def _round_model(model: _Model, r: int) -> tuple[_Model, np.ndarray]:
     return part, groups
 
 
-def _solve_rounds(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float):
-    """Solves the program round by round (see the module docstring: the rounds share no
-    variable or constraint, so the per-round optima add up to the program's optimum).
+def _solve_round(problem: Problem, part: _Model, share: float, mip_rel_gap: float):
+    """One round's program: ``(choice, status, gap)``, or the :class:`_NoSolution` raised."""
+    try:
+        return _milp(problem, part, share, mip_rel_gap)
+    except _NoSolution as e:
+        return e
 
-    Each round's HiGHS run gets an equal, fixed share of ``time_limit`` (not what earlier
-    rounds left over, so a round's answer does not depend on how fast the others ran).
 
-    Returns ``(choice int[K], status, gap)``: status ``"optimal"`` when every round was solved
-    to its gap, ``"user_limit"`` otherwise; the gap is the largest round's. Raises
-    :class:`_NoSolution` (naming the round) if any round has no integer solution.
+def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers) -> dict:
+    """Solves every program of ``problems`` round by round (see the module docstring: the
+    rounds share no variable or constraint, so the per-round optima add up to the program's
+    optimum), the rounds of all programs in one pool of ``max_workers`` threads (HiGHS
+    releases the GIL while it runs). No warnings: the caller's thread raises them.
+
+    Each round's HiGHS run gets an equal, fixed share of its program's ``time_limit`` (not what
+    earlier rounds left over, so a round's answer does not depend on how fast the others ran).
+    A program's status is ``"optimal"`` when every round was solved to its gap and
+    ``"user_limit"`` otherwise; its gap is the largest round's. If a round has no integer
+    solution, the program keeps its fallback, with the round named in the cause.
+    ``solve_seconds`` is the wall time from the call to the program's result.
     """
-    _check_solver()
-    share = time_limit / max(model.num_rounds, 1)
-    choice = np.empty(model.channel.size, np.int64)
-    statuses, gaps = [], []
-    for r in range(model.num_rounds):
-        part, groups = _round_model(model, r)
-        try:
-            choice[groups], status, gap = _milp(problem, part, share, mip_rel_gap)
-        except _NoSolution as e:
-            where = f"round {r + 1} of the {model.num_rounds} ring rounds that carry rows"
-            raise _NoSolution(f"{e} ({where})") from e
-        statuses.append(status)
-        gaps.append(gap)
-    status = "optimal" if all(s == "optimal" for s in statuses) else "user_limit"
-    gap = None if any(g is None for g in gaps) else max(gaps, default=0.0)
-    return choice, status, gap
+    _check_limits(time_limit, mip_rel_gap)
+    t0 = time.perf_counter()
+    out, pending, tasks = {}, {}, []
+    for key, problem in problems.items():
+        model = _model(problem)
+        fallback_choice = _fallback_choice(problem, model, fallbacks[key])  # validated first
+        fast = _fast_path(problem, model)
+        if fast is not None:
+            choice = np.full(model.channel.size, model.widths.size - 1, np.int64)
+            out[key] = _solution(problem, model, choice, fast, t0)
+            continue
+        pending[key] = (model, fallback_choice)
+        share = time_limit / model.num_rounds
+        for r in range(model.num_rounds):
+            part, groups = _round_model(model, r)
+            tasks.append((key, r, groups, (problem, part, share, mip_rel_gap)))
+    if not pending:
+        return out
+    try:
+        _check_solver()
+    except _NoSolution as e:
+        results = [e] * len(tasks)
+    else:
+        workers = min(max_workers or os.cpu_count() or 1, len(tasks))
+        if workers <= 1:
+            results = [_solve_round(*args) for *_, args in tasks]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(_solve_round, *args) for *_, args in tasks]
+                results = [f.result() for f in futures]
+    by_key = {key: [] for key in pending}
+    for (key, r, groups, _), result in zip(tasks, results, strict=True):
+        by_key[key].append((r, groups, result))
+    for key, rounds in by_key.items():
+        problem, (model, fallback_choice) = problems[key], pending[key]
+        failed = [(r, res) for r, _, res in rounds if isinstance(res, _NoSolution)]
+        if failed:
+            r, e = failed[0]
+            cause = f"{e} (round {r + 1} of the {model.num_rounds} ring rounds that carry rows)"
+            out[key] = _solution(
+                problem, model, fallback_choice, "fallback", t0, used_fallback=True, cause=cause
+            )
+            continue
+        choice = np.empty(model.channel.size, np.int64)
+        for _, groups, (round_choice, _, _) in rounds:
+            choice[groups] = round_choice
+        statuses = [res[1] for _, _, res in rounds]
+        gaps = [res[2] for _, _, res in rounds]
+        status = "optimal" if all(st == "optimal" for st in statuses) else "user_limit"
+        gap = None if any(g is None for g in gaps) else max(gaps)
+        out[key] = _solution(problem, model, choice, status, t0, mip_gap=gap)
+    return {key: out[key] for key in problems}
 
 
 def _warn_fallback(problem, solution, fallback, key=None, stacklevel=3) -> None:
@@ -764,9 +798,8 @@ def solve_many(
     fallback: int | Mapping[str, Sequence[np.ndarray]] | None = None,
     max_workers: int | None = None,
 ) -> dict[str, Solution]:
-    """Solves independent programs (one per exchange key) in parallel threads.
-
-    HiGHS releases the GIL while it runs, so threads overlap the solves. ``fallback`` is one
+    """Solves independent programs (one per exchange key); the rounds of all of them share a
+    pool of ``max_workers`` threads (default: one per CPU). ``fallback`` is one
     width for all, or per key as in :func:`solve`. Warnings are raised in the calling thread.
     """
     out = _solve_parallel(problems, time_limit, mip_rel_gap, fallback, max_workers)
@@ -780,17 +813,9 @@ def _pick(fallback, key):
 
 
 def _solve_parallel(problems, time_limit, mip_rel_gap, fallback, max_workers) -> dict:
-    """:func:`_solve` of every problem in a thread pool; no warnings (the caller's thread
-    raises them)."""
-    if not problems:
-        return {}
-    workers = max_workers or min(len(problems), os.cpu_count() or 1)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            key: pool.submit(_solve, p, time_limit, mip_rel_gap, _pick(fallback, key))
-            for key, p in problems.items()
-        }
-        return {key: f.result() for key, f in futures.items()}
+    """:func:`_solve_all` with one fallback for all or one per key."""
+    fallbacks = {key: _pick(fallback, key) for key in problems}
+    return _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers)
 
 
 # ---------------------------------------------------------------------- rows in, rows out
