@@ -55,6 +55,27 @@ def test_adaqp_table_quick(tmp_path):
     assert prefix.with_suffix(".csv").read_text().splitlines() == rows
 
 
+def test_adaqp_gradient_error_quick(tmp_path):
+    prefix = tmp_path / "grad"
+    _run("adaqp_gradient_error.py", "--quick", "--out", str(prefix))
+    with prefix.with_suffix(".csv").open() as f:
+        rows = {r["method"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"adaqp", "adaqp λ0.9", "adaqp λ0.99", "random", "2-bit", "4-bit", "8-bit"}
+    err = {m: float(r["rel_error"]) for m, r in rows.items()}
+    # The program's variance term at work: a larger λ buys a smaller error, and the default
+    # λ 0.5 beats random widths (4x on this run) while moving fewer bytes.
+    assert err["adaqp λ0.99"] < err["adaqp λ0.9"] / 10 < err["adaqp"] / 20
+    assert err["adaqp"] < err["random"] / 2
+    nbytes = {m: float(r["bytes_vs_vanilla"]) for m, r in rows.items()}
+    assert nbytes["adaqp"] < nbytes["random"]
+    # Stochastic rounding's variance scales as 1 / (2^b - 1)^2: 9x from 2 to 4 bits, 289x
+    # from 4 to 8 (the gradient error follows, within the spread of 8 keys).
+    assert err["8-bit"] < err["4-bit"] / 20 < err["2-bit"] / 40
+    for r in rows.values():  # unbiased: the 8-key mean's error is about 1/8 of one key's
+        assert float(r["mean_bias"]) < 3 * float(r["unbiased_share"])
+    assert prefix.with_suffix(".md").exists()
+
+
 def test_bench_data_quick():
     out = _run("bench_data.py", "--quick", "--json")
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]

@@ -699,15 +699,24 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers) -> dic
     try:
         _check_solver()
     except _NoSolution as e:
-        results = [e] * len(tasks)
+        for key, (model, fallback_choice) in pending.items():
+            out[key] = _solution(
+                problems[key],
+                model,
+                fallback_choice,
+                "fallback",
+                t0,
+                used_fallback=True,
+                cause=str(e),
+            )
+        return {key: out[key] for key in problems}
+    workers = min(max_workers or os.cpu_count() or 1, len(tasks))
+    if workers <= 1:
+        results = [_solve_round(*args) for *_, args in tasks]
     else:
-        workers = min(max_workers or os.cpu_count() or 1, len(tasks))
-        if workers <= 1:
-            results = [_solve_round(*args) for *_, args in tasks]
-        else:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_solve_round, *args) for *_, args in tasks]
-                results = [f.result() for f in futures]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_solve_round, *args) for *_, args in tasks]
+            results = [f.result() for f in futures]
     by_key = {key: [] for key in pending}
     for (key, r, groups, _), result in zip(tasks, results, strict=True):
         by_key[key].append((r, groups, result))
