@@ -52,15 +52,20 @@ Differences from AdaQP, on purpose:
 **Solved round by round.** The objective is a sum over rounds (each group's variance belongs to
 its channel's round, and each ``Z_r`` to one round) and no constraint spans two rounds, so the
 program splits into one independent program per round, with the whole program's normalization;
-the per-round optima add up to its optimum. Solving them one after another is several times
-faster than one joint solve of the same instance (HiGHS's branch and bound no longer searches
-the product of the rounds' choices): 0.12-0.15 s against 0.14-1.1 s per key for the 258 groups
-of a 10,000-node graph on 8 parts at a 1 % gap, with equal or better objectives at a 0.1 % gap.
+the per-round optima add up to its optimum. Programs larger than :data:`JOINT_MAX_GROUPS`
+groups are solved that way, faster than whole (HiGHS's branch and bound no longer searches the
+product of the rounds' choices); smaller ones are solved whole, where a HiGHS run's fixed cost
+outweighs the search.
 
-The relative gap is HiGHS's, per round: relative to that round's part of the objective without
-the constant terms (``- lam V_u / (V_n - V_u) - (1 - lam) T_u / (T_n - T_u)``, which cvxpy adds
-after the solve). Both parts are non-negative, so the whole program's gap is at most the largest
-round's, which is what :class:`Solution` reports.
+The relative gap is HiGHS's, per solved part (a round, or the whole program), and relative to
+that part of the normalized objective itself: HiGHS sees each group's variance as ``V x -
+V_widest`` (``sum_j V_widest = V_u``) and each round's time as ``y_r = Z_r - max_c
+t_c(narrowest)`` (the round's share of ``T_u``, below which no choice of widths goes), so the
+objective's constant terms are folded in and every term is non-negative. (Handing HiGHS ``sum
+V x + sum Z`` and adding the constants afterwards, as a plain transcription does, makes the gap
+relative to a quantity dominated by ``(1 - lam) T_u / (T_n - T_u)``: on Cora at P = 8 a "1 %"
+gap then allowed solutions 26 % above the optimum.) The parts are non-negative, so the whole
+program's gap is at most the largest part's, which is what :class:`Solution` reports.
 """
 
 from __future__ import annotations
@@ -85,6 +90,11 @@ BITS = (2, 4, 8)
 ALL_WIDTHS = (2, 4, 8, 32)  # 32: raw fp32 rows (compression off), as in jaxgraph.comm.quantized
 MIB = 2**20
 PARAM_BYTES = 8  # fp32 (scale, lo) per quantized row
+# Programs of at most this many groups are solved whole: a HiGHS run has a fixed cost of a few
+# milliseconds, which there outweighs the search (Cora at P = 8, 52 groups per key: 7-23 ms
+# whole, 50 ms in 7 rounds); larger ones are solved round by round (SBM 10k, 258 groups:
+# 0.08-0.22 s by rounds against 0.11-0.36 s whole, at equal or better objectives).
+JOINT_MAX_GROUPS = 64
 TIME_TOL = 1e-12  # relative: T_n - T_u below this share of T_n counts as "no time to trade"
 SOLVER = "HIGHS"
 
@@ -207,7 +217,8 @@ class Solution:
         programs together) to this program's result.
       used_fallback: the fallback was returned.
       cause: why the fallback was used (empty otherwise).
-      mip_gap: the largest final relative gap of the rounds' solves, a bound on the program's
+      mip_gap: the largest final relative gap of its solved parts (rounds, or the whole
+        program), a bound on the program's
         (``None`` when no solver ran).
     """
 
@@ -491,7 +502,8 @@ class _Program:
 
     Times are in units of ``unit`` (``T_n``), which keeps the constraint coefficients near 1:
     HiGHS drops matrix entries below 1e-9 (small_matrix_value), and NVLink-class seconds are
-    far smaller. The objective's constant terms are left out (see the module docstring).
+    far smaller. The objective is the normalized one, its constant terms folded in (see the
+    module docstring).
     """
 
     def __init__(self, model: _Model, unit: float):
@@ -511,12 +523,20 @@ class _Program:
             (np.ones(num_ch), (np.arange(num_ch), model.round_of)),
             shape=(num_ch, model.num_rounds),
         )
+        # Each round's time is its bottleneck at the narrowest width plus y_r >= 0 (no channel
+        # can be faster than that), so sum_r Z_r - T_u = sum_r y_r.
+        narrowest = np.bincount(model.channel, weights=model.sec[:, 0], minlength=num_ch)
+        floor = np.zeros(model.num_rounds)
+        np.maximum.at(floor, model.round_of, narrowest + model.gamma)
         self.x = cp.Variable(cols.size, boolean=True)
-        z = cp.Variable(model.num_rounds)  # round times in units of T_n
-        self.cost = cp.Parameter(cols.size)  # lam V / (V_n - V_u), per (group, width)
+        y = cp.Variable(model.num_rounds, nonneg=True)  # round time above `floor`, / T_n
+        self.cost = cp.Parameter(cols.size)  # lam (V - V_widest) / (V_n - V_u) >= 0
         self.problem = cp.Problem(
-            cp.Minimize(self.cost @ self.x + (model.a_time * unit) * cp.sum(z)),
-            [onehot @ self.x == 1, load @ self.x + model.gamma / unit <= in_round @ z],
+            cp.Minimize(self.cost @ self.x + (model.a_time * unit) * cp.sum(y)),
+            [
+                onehot @ self.x == 1,
+                load @ self.x + model.gamma / unit <= in_round @ (floor / unit + y),
+            ],
         )
         self.lock = threading.Lock()  # one solve at a time: the parameter is shared state
 
@@ -578,7 +598,7 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
     }
     try:
         with _program(model, model.t_nadir) as program:
-            program.cost.value = model.a_var * model.var.ravel()
+            program.cost.value = model.a_var * (model.var - model.var[:, -1:]).ravel()
             prob = program.problem
             # get_problem_data + solve_via_data + invert is cvxpy's documented low-level path;
             # it skips Problem.solve's "Solution may be inaccurate" UserWarning on a time
@@ -666,15 +686,16 @@ def _solve_round(problem: Problem, part: _Model, share: float, mip_rel_gap: floa
 
 
 def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers) -> dict:
-    """Solves every program of ``problems`` round by round (see the module docstring: the
-    rounds share no variable or constraint, so the per-round optima add up to the program's
-    optimum), the rounds of all programs in one pool of ``max_workers`` threads (HiGHS
-    releases the GIL while it runs). No warnings: the caller's thread raises them.
+    """Solves every program of ``problems``: whole if it has at most :data:`JOINT_MAX_GROUPS`
+    groups, else round by round (see the module docstring: the rounds share no variable or
+    constraint, so the per-round optima add up to the program's optimum); all these HiGHS runs
+    share one pool of ``max_workers`` threads (HiGHS releases the GIL while it runs). No
+    warnings: the caller's thread raises them.
 
     Each round's HiGHS run gets an equal, fixed share of its program's ``time_limit`` (not what
     earlier rounds left over, so a round's answer does not depend on how fast the others ran).
     A program's status is ``"optimal"`` when every round was solved to its gap and
-    ``"user_limit"`` otherwise; its gap is the largest round's. If a round has no integer
+    ``"user_limit"`` otherwise; its gap is the largest part's. If a part has no integer
     solution, the program keeps its fallback, with the round named in the cause.
     ``solve_seconds`` is the wall time from the call to the program's result.
     """
@@ -690,9 +711,12 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers) -> dic
             out[key] = _solution(problem, model, choice, fast, t0)
             continue
         pending[key] = (model, fallback_choice)
-        share = time_limit / model.num_rounds
-        for r in range(model.num_rounds):
-            part, groups = _round_model(model, r)
+        if model.channel.size <= JOINT_MAX_GROUPS:  # one program: HiGHS's fixed cost dominates
+            parts = [(None, np.arange(model.channel.size), model)]
+        else:
+            parts = [(r, *_round_model(model, r)[::-1]) for r in range(model.num_rounds)]
+        share = time_limit / len(parts)
+        for r, groups, part in parts:
             tasks.append((key, r, groups, (problem, part, share, mip_rel_gap)))
     if not pending:
         return out
@@ -725,7 +749,9 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers) -> dic
         failed = [(r, res) for r, _, res in rounds if isinstance(res, _NoSolution)]
         if failed:
             r, e = failed[0]
-            cause = f"{e} (round {r + 1} of the {model.num_rounds} ring rounds that carry rows)"
+            cause = str(e)
+            if r is not None:
+                cause += f" (round {r + 1} of the {model.num_rounds} ring rounds that carry rows)"
             out[key] = _solution(
                 problem, model, fallback_choice, "fallback", t0, used_fallback=True, cause=cause
             )
