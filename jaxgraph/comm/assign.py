@@ -215,11 +215,13 @@ class Solution:
         gap), ``"fast_path"``, ``"empty"`` or ``"fallback"``.
       solve_seconds: wall time from the start of the solving call (which may solve several
         programs together) to this program's result.
-      used_fallback: the fallback was returned.
-      cause: why the fallback was used (empty otherwise).
+      used_fallback: the fallback was returned for the whole program.
+      cause: why the fallback was used, for the whole program or some rounds (empty
+        otherwise).
+      fallback_channels: indices into ``problem.channels`` whose widths are the fallback's
+        because their round found no solution (all channels if ``used_fallback``).
       mip_gap: the largest final relative gap of its solved parts (rounds, or the whole
-        program), a bound on the program's
-        (``None`` when no solver ran).
+        program), a bound on the program's (``None`` when no solver ran or a round fell back).
     """
 
     bits: tuple[np.ndarray, ...]
@@ -230,6 +232,7 @@ class Solution:
     solve_seconds: float
     used_fallback: bool = False
     cause: str = ""
+    fallback_channels: tuple[int, ...] = ()
     mip_gap: float | None = None
 
 
@@ -438,6 +441,8 @@ def _choice_of(problem: Problem, model: _Model, bits: Sequence[np.ndarray]) -> n
 
 
 def _solution(problem, model, choice, status, t0, **extra) -> Solution:
+    if extra.get("used_fallback"):
+        extra["fallback_channels"] = tuple(range(len(problem.channels)))
     objective, variance, total = _evaluate(model, choice)
     bits, start = [], 0
     for c in problem.channels:
@@ -528,6 +533,12 @@ class _Program:
         narrowest = np.bincount(model.channel, weights=model.sec[:, 0], minlength=num_ch)
         floor = np.zeros(model.num_rounds)
         np.maximum.at(floor, model.round_of, narrowest + model.gamma)
+        # Groups of one channel with equal row counts cost the same at every width, so an
+        # optimum gives the heavier group at least the lighter one's width (swapping two such
+        # groups' widths changes no time and the variance by (g_a - g_b)(f(b_b) - f(b_a))):
+        # these order constraints cut the symmetric solutions HiGHS would otherwise search.
+        pairs = _order_pairs(model)
+        order = _order_matrix(pairs, num_widths, cols.size)
         self.x = cp.Variable(cols.size, boolean=True)
         y = cp.Variable(model.num_rounds, nonneg=True)  # round time above `floor`, / T_n
         self.cost = cp.Parameter(cols.size)  # lam (V - V_widest) / (V_n - V_u) >= 0
@@ -536,6 +547,7 @@ class _Program:
             [
                 onehot @ self.x == 1,
                 load @ self.x + model.gamma / unit <= in_round @ (floor / unit + y),
+                order @ self.x >= 0,
             ],
         )
         self.lock = threading.Lock()  # one solve at a time: the parameter is shared state
@@ -546,11 +558,44 @@ _PROGRAMS_LOCK = threading.Lock()
 PROGRAM_CACHE_SIZE = 128  # programs kept (a run of L layers and P parts needs (2L - 1)(P - 1))
 
 
+def _order_pairs(model: _Model) -> np.ndarray:
+    """``int64[n, 2]`` (heavier, lighter): consecutive groups, by descending weight (ties by
+    index), among the groups of one channel whose per-width seconds are equal."""
+    classes: dict[tuple, list[int]] = {}
+    for j in range(model.channel.size):
+        classes.setdefault((int(model.channel[j]), model.sec[j].tobytes()), []).append(j)
+    pairs = []
+    for members in classes.values():
+        members.sort(key=lambda j: (-model.var[j, 0], j))
+        pairs += zip(members[:-1], members[1:], strict=True)
+    return np.asarray(pairs, np.int64).reshape(-1, 2)
+
+
+def _order_matrix(pairs: np.ndarray, num_widths: int, num_cols: int) -> sparse.csr_matrix:
+    """Rows ``sum_{i >= k} x[a, i] - sum_{i >= k} x[b, i]`` (to be ``>= 0``) for every pair
+    ``(a, b)`` and threshold ``k = 1 .. W - 1``: ``a``'s width index is at least ``b``'s."""
+    thresholds = np.arange(1, num_widths)
+    pair, k, i = np.meshgrid(
+        np.arange(pairs.shape[0]), thresholds, np.arange(num_widths), indexing="ij"
+    )
+    keep = i >= k  # [pairs, W - 1, W]
+    row = (pair * thresholds.size + k - 1)[keep]
+    heavier = (pairs[pair, 0] * num_widths + i)[keep]
+    lighter = (pairs[pair, 1] * num_widths + i)[keep]
+    return sparse.csr_matrix(
+        (
+            np.concatenate([np.ones(row.size), -np.ones(row.size)]),
+            (np.concatenate([row, row]), np.concatenate([heavier, lighter])),
+        ),
+        shape=(pairs.shape[0] * thresholds.size, num_cols),
+    )
+
+
 def _structure(model: _Model, unit: float) -> bytes:
     """A digest of everything in a :class:`_Program` but the variance costs."""
     h = hashlib.blake2b(digest_size=20)
     scalars = np.array([unit, model.a_time, model.num_rounds, *model.var.shape], np.float64)
-    for a in (model.sec, model.gamma, model.channel, model.round_of, scalars):
+    for a in (model.sec, model.gamma, model.channel, model.round_of, _order_pairs(model), scalars):
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype}{a.shape}".encode())
         h.update(a.tobytes())
@@ -747,28 +792,55 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers) -> dic
     for key, rounds in by_key.items():
         problem, (model, fallback_choice) = problems[key], pending[key]
         failed = [(r, res) for r, _, res in rounds if isinstance(res, _NoSolution)]
-        if failed:
+        if len(failed) == len(rounds):  # nothing solved: the whole program falls back
             r, e = failed[0]
             cause = str(e)
             if r is not None:
-                cause += f" (round {r + 1} of the {model.num_rounds} ring rounds that carry rows)"
+                cause += f" (in every one of the {model.num_rounds} ring rounds that carry rows)"
             out[key] = _solution(
-                problem, model, fallback_choice, "fallback", t0, used_fallback=True, cause=cause
+                problem,
+                model,
+                fallback_choice,
+                "fallback",
+                t0,
+                used_fallback=True,
+                cause=cause,
             )
             continue
-        choice = np.empty(model.channel.size, np.int64)
-        for _, groups, (round_choice, _, _) in rounds:
-            choice[groups] = round_choice
-        statuses = [res[1] for _, _, res in rounds]
-        gaps = [res[2] for _, _, res in rounds]
-        status = "optimal" if all(st == "optimal" for st in statuses) else "user_limit"
-        gap = None if any(g is None for g in gaps) else max(gaps)
-        out[key] = _solution(problem, model, choice, status, t0, mip_gap=gap)
+        # A round without a solution keeps its fallback widths; the rounds are independent,
+        # so the others' solutions stand.
+        choice = fallback_choice.copy()
+        for _, groups, res in rounds:
+            if not isinstance(res, _NoSolution):
+                choice[groups] = res[0]
+        solved = [res for _, _, res in rounds if not isinstance(res, _NoSolution)]
+        status = "optimal" if all(res[1] == "optimal" for res in solved) else "user_limit"
+        gaps = [res[2] for res in solved]
+        gap = None if failed or any(g is None for g in gaps) else max(gaps)
+        cause, kept = "", ()
+        if failed:
+            cause = "; ".join(
+                f"{e} (round {r + 1} of the {model.num_rounds} ring rounds that carry rows: "
+                "the fallback for that round's channels only)"
+                for r, e in failed
+            )
+            used = [i for i, c in enumerate(problem.channels) if c.count.size]
+            kept = tuple(used[c] for r, _ in failed for c in np.flatnonzero(model.round_of == r))
+        out[key] = _solution(
+            problem,
+            model,
+            choice,
+            status,
+            t0,
+            mip_gap=gap,
+            cause=cause,
+            fallback_channels=tuple(sorted(kept)),
+        )
     return {key: out[key] for key in problems}
 
 
 def _warn_fallback(problem, solution, fallback, key=None, stacklevel=3) -> None:
-    if solution.used_fallback:
+    if solution.cause:
         where = f" for {key}" if key is not None else ""
         warnings.warn(
             f"{solution.cause}{where}; {describe_fallback(fallback, problem.widths)}",
@@ -858,8 +930,13 @@ def _solve_parallel(problems, time_limit, mip_rel_gap, fallback, max_workers) ->
 
 def _row_result(problem, group_of_row, solution, channels, fallback) -> tuple[list, dict]:
     """Per-row widths of each channel and a JSON-friendly log."""
-    if solution.used_fallback and not (fallback is None or _is_width(fallback)):
-        rows = [np.asarray(b, np.int8).copy() for b in fallback]
+    if solution.fallback_channels and not (fallback is None or _is_width(fallback)):
+        # The kept channels take the row-level fallback (e.g. the previous assignment).
+        kept = set(solution.fallback_channels)
+        rows = [
+            np.asarray(fb, np.int8).copy() if c in kept else expand_bits(g, b)
+            for c, (fb, g, b) in enumerate(zip(fallback, group_of_row, solution.bits, strict=True))
+        ]
         # Score the kept assignment on the same objective, with one group per row.
         singles, _ = make_problem(
             channels,
