@@ -145,9 +145,10 @@ def run(
         for x in extra_lams
     }
     for epoch in range(1, period * solves + 2):
-        traces, current = adaptive._to_host(state.comm_state)  # what the solve will see
-        new = adaptive.update_state(state.comm_state, epoch=epoch, plan=plan, layer_dims=dims)
+        before = state.comm_state
+        new = adaptive.update_state(before, epoch=epoch, plan=plan, layer_dims=dims)
         if new is not None:
+            traces, current = adaptive._to_host(before)  # what the solve saw
             state = state.replace(comm_state=t_ada.place_comm_state(new))
             index = (epoch - 1) // period
             t0 = time.perf_counter()

@@ -479,10 +479,9 @@ def load_solver() -> None:
     """Imports cvxpy and its solver interfaces now (about 1 s, once per process), so that the
     first solve of a run does not pay for it. A missing solver is reported by the solve."""
     try:
-        import cvxpy as cp
-    except ImportError:  # pragma: no cover - cvxpy is a dependency; the solve reports it
-        return
-    cp.installed_solvers()
+        _check_solver()
+    except _NoSolution:
+        pass
 
 
 def _check_solver() -> None:
@@ -511,7 +510,7 @@ class _Program:
     module docstring).
     """
 
-    def __init__(self, model: _Model, unit: float):
+    def __init__(self, model: _Model, unit: float, pairs: np.ndarray):
         import cvxpy as cp
 
         num_groups, num_widths = model.var.shape
@@ -536,8 +535,8 @@ class _Program:
         # Groups of one channel with equal row counts cost the same at every width, so an
         # optimum gives the heavier group at least the lighter one's width (swapping two such
         # groups' widths changes no time and the variance by (g_a - g_b)(f(b_b) - f(b_a))):
-        # these order constraints cut the symmetric solutions HiGHS would otherwise search.
-        pairs = _order_pairs(model)
+        # these order constraints (`pairs`, from _order_pairs) cut the symmetric solutions
+        # HiGHS would otherwise search.
         order = _order_matrix(pairs, num_widths, cols.size)
         self.x = cp.Variable(cols.size, boolean=True)
         y = cp.Variable(model.num_rounds, nonneg=True)  # round time above `floor`, / T_n
@@ -591,11 +590,11 @@ def _order_matrix(pairs: np.ndarray, num_widths: int, num_cols: int) -> sparse.c
     )
 
 
-def _structure(model: _Model, unit: float) -> bytes:
+def _structure(model: _Model, unit: float, pairs: np.ndarray) -> bytes:
     """A digest of everything in a :class:`_Program` but the variance costs."""
     h = hashlib.blake2b(digest_size=20)
     scalars = np.array([unit, model.a_time, model.num_rounds, *model.var.shape], np.float64)
-    for a in (model.sec, model.gamma, model.channel, model.round_of, _order_pairs(model), scalars):
+    for a in (model.sec, model.gamma, model.channel, model.round_of, pairs, scalars):
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype}{a.shape}".encode())
         h.update(a.tobytes())
@@ -606,13 +605,14 @@ def _structure(model: _Model, unit: float) -> bytes:
 def _program(model: _Model, unit: float):
     """The cached :class:`_Program` of ``model``'s structure, held for one solve (a fresh,
     uncached one if another thread is solving the cached one)."""
-    key = _structure(model, unit)
+    pairs = _order_pairs(model)
+    key = _structure(model, unit, pairs)
     with _PROGRAMS_LOCK:
         program = _PROGRAMS.get(key)
         if program is not None:
             _PROGRAMS.move_to_end(key)
     if program is None or not program.lock.acquire(blocking=False):
-        fresh = _Program(model, unit)
+        fresh = _Program(model, unit, pairs)
         fresh.lock.acquire()
         if program is None:
             with _PROGRAMS_LOCK:
