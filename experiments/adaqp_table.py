@@ -48,6 +48,7 @@ from jaxgraph.comm.adaptive import (  # noqa: E402
     AssignConfig,
     projected_comm_time,
 )
+from jaxgraph.comm.assign import SOLVERS  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
 from jaxgraph.comm.quantized import BitAssignment, Quantized, default_chunks  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
@@ -137,6 +138,7 @@ def run_one(cfg: TrainConfig, graph) -> dict:
         "group_size": cfg.assign.group_size,
         "period": assignment_period(cfg),
         "lookahead": cfg.assign.lookahead if cfg.method == "adaqp" else 0,
+        "solver": cfg.assign.solver if cfg.method == "adaqp" else "",
         "chunks": summary["exchange_chunks"] if cfg.method in PERIODIC else 0,
         "compiled_steps": summary["compiled_steps"],
         "compile_time": summary["compile_time"],
@@ -160,11 +162,20 @@ def _mean_std(values):
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+def _solver(row: dict) -> str:
+    """The bit-width solver of an adaqp run ("milp" in CSVs from before the column)."""
+    return (row.get("solver") or "milp") if row["method"] == "adaqp" else ""
+
+
 def _config_key(row: dict) -> tuple:
     """The settings that make one table row (everything but the seed)."""
     return tuple(
         row[f] for f in ("dataset", "model", "parts", "method", "lam", "group_size", "period")
-    ) + (row.get("lookahead", 0), row.get("chunks", 0))
+    ) + (row.get("lookahead", 0), row.get("chunks", 0), _solver(row))
+
+
+def _label(method: str, solver: str) -> str:
+    return f"{method} ({solver})" if solver not in ("", "milp") else method
 
 
 def markdown(rows: list[dict]) -> str:
@@ -202,7 +213,7 @@ def markdown(rows: list[dict]) -> str:
             rejit = 100 * statistics.mean(r["assign_rejit_time"] / r["wall_time"] for r in sel)
             overhead = f"{solve:.1f} / {rejit:.1f}"
         lines.append(
-            f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4] if adaptive else ''} | "
+            f"| {k[0]} | {k[1]} | {k[2]} | {_label(k[3], k[9])} | {k[4] if adaptive else ''} | "
             f"{k[5] if adaptive else ''} | "
             f"{(f'{k[6]}' + (f' (lookahead {k[7]})' if k[7] else '')) if periodic else ''} | "
             f"{len(sel)} | "
@@ -236,19 +247,21 @@ def plot(rows: list[dict], path: Path) -> None:
         if not any((r["dataset"], r["model"], r["parts"]) == (ds, model, parts) for r in rows):
             ax.set_axis_off()
             continue
-        for method, chunks in itertools.product(METHODS, chunkings):
+        solvers = sorted({_solver(r) for r in rows})
+        for method, chunks, solver in itertools.product(METHODS, chunkings, solvers):
             sel = [
                 r
                 for r in rows
                 if (r["dataset"], r["model"], r["parts"], r["method"]) == (ds, model, parts, method)
                 and r["lam"] == AssignConfig().lam
                 and r.get("chunks", 0) == chunks
+                and _solver(r) == solver
             ]
             if not sel:
                 continue
             x = 1e3 * statistics.mean(r["proj_10gbe"] for r in sel)
             y, e = _mean_std([r["test_acc"] for r in sel])
-            label = method + (
+            label = _label(method, solver) + (
                 f" ({'chunks ' + str(chunks) if chunks else 'exact'})"
                 if (method in PERIODIC and len(chunkings) > 1)
                 else ""
@@ -274,6 +287,13 @@ def main(argv=None) -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lam", type=float, default=AssignConfig().lam)
     p.add_argument("--group-size", type=int, default=AssignConfig().group_size)
+    p.add_argument(
+        "--solver",
+        nargs="+",
+        choices=SOLVERS,
+        default=[AssignConfig().solver],
+        help="adaqp: how the bit-width program is solved (several values run each)",
+    )
     p.add_argument(
         "--sensitivity",
         action="store_true",
@@ -327,7 +347,9 @@ def main(argv=None) -> None:
         ]
         write_outputs(rows, args, note=f"runs merged from {', '.join(map(str, args.from_csv))}")
         return
-    base_assign = AssignConfig(lam=args.lam, group_size=args.group_size, lookahead=args.lookahead)
+    base_assign = AssignConfig(
+        lam=args.lam, group_size=args.group_size, lookahead=args.lookahead, solver=args.solver[0]
+    )
     jobs = []
     for dataset in args.datasets:
         for model in args.models:
@@ -335,9 +357,11 @@ def main(argv=None) -> None:
                 for method in args.methods:
                     for seed in args.seeds:
                         for chunks in args.exchange_chunks if method in PERIODIC else [0]:
-                            jobs.append(
-                                (dataset, model, parts, method, seed, base_assign, 0, chunks)
-                            )
+                            for solver in args.solver if method == "adaqp" else [None]:
+                                a = base_assign
+                                if solver is not None:
+                                    a = dataclasses.replace(base_assign, solver=solver)
+                                jobs.append((dataset, model, parts, method, seed, a, 0, chunks))
     if args.sensitivity:
         d, m, parts = args.datasets[0], args.models[0], args.parts[-1]
         chunks = args.exchange_chunks[0]
@@ -365,7 +389,8 @@ def main(argv=None) -> None:
             graphs[dataset] = load_graph(data_config(dataset, seed))
         lookahead = assign.lookahead if method == "adaqp" else 0
         key = (graphs[dataset].name, model, parts, method, assign.lam, assign.group_size)
-        key += (period or max(args.epochs // 5, 1), lookahead, chunks, seed)
+        solver = assign.solver if method == "adaqp" else ""
+        key += (period or max(args.epochs // 5, 1), lookahead, chunks, solver, seed)
         if key in done:
             continue
         cfg = TrainConfig(
@@ -385,7 +410,7 @@ def main(argv=None) -> None:
         row = run_one(cfg, graphs[dataset])
         rows.append(row)
         print(
-            f"{dataset} {model} P={parts} {method} seed={seed} λ={assign.lam} "
+            f"{dataset} {model} P={parts} {_label(method, solver)} seed={seed} λ={assign.lam} "
             f"g={assign.group_size} period={row['period']} chunks={chunks}: "
             f"acc {row['test_acc']:.1f} "
             f"bytes {row['bytes_per_epoch']:.3g} proj10GbE {1e3 * row['proj_10gbe']:.2f} ms "
@@ -417,7 +442,7 @@ def write_outputs(rows: list[dict], args, *, note: str) -> None:
 
 
 _INT_FIELDS = ("parts", "seed", "group_size", "period", "lookahead", "chunks", "compiled_steps")
-_TEXT_FIELDS = ("dataset", "model", "method", "last_widths")
+_TEXT_FIELDS = ("dataset", "model", "method", "solver", "last_widths")
 
 
 def read_rows(paths) -> list[dict]:

@@ -90,6 +90,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="adaqp: cost-model preset pricing device-to-device transfers (e.g. 10gbe)",
     )
     tp.add_argument(
+        "--assign-solver",
+        help="adaqp: how the bit-width program is solved: milp (HiGHS through cvxpy, default) "
+        "or frontier (exact, by per-channel Pareto frontiers)",
+    )
+    tp.add_argument(
         "--lookahead",
         type=int,
         help="adaqp: solve this many epochs before each period boundary, so that the new "
@@ -224,6 +229,7 @@ def _train_config(args):
             ("group_size", args.group_size),
             ("interconnect", args.interconnect),
             ("lookahead", args.lookahead),
+            ("solver", args.assign_solver),
         )
         if v is not None
     }

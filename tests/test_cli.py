@@ -41,6 +41,8 @@ def test_two_epoch_training_run(tmp_path, capsys):
             "8",
             "--interconnect",
             "nvlink3:2:10gbe",
+            "--assign-solver",
+            "frontier",
         ]
     )
     assert rc == 0
@@ -54,6 +56,9 @@ def test_two_epoch_training_run(tmp_path, capsys):
     assert [x["epoch"] for x in lines] == [1, 2]
     assert "widths" not in lines[0] and set(lines[1]["widths"]) == {"fwd0", "fwd1", "bwd1"}
     assert "10gbe across 2 hosts" in lines[1]["cost_model"]
+    for key in ("fwd0", "fwd1", "bwd1"):  # the exact solver: optimal, gap 0
+        assert lines[1]["solver"][key]["status"] in ("optimal", "fast_path")
+        assert lines[1]["solver"][key]["solve_seconds"] >= 0
 
 
 def test_partition_report_and_heatmap(tmp_path, capsys):
@@ -75,6 +80,10 @@ def test_partition_report_and_heatmap(tmp_path, capsys):
         (["train", "--config", "missing.toml"], "cannot read config file missing.toml"),
         (["train", "--method", "adaqp", "--lam", "2"], "lam must lie in [0, 1], got 2"),
         (["train", "--method", "adaqp", "--interconnect", "56k"], "unknown interconnect '56k'"),
+        (
+            ["train", "--method", "adaqp", "--assign-solver", "cplex"],
+            "solver must be one of ('milp', 'frontier'), got 'cplex'",
+        ),
     ],
 )
 def test_errors_exit_2_with_message(argv, message, capsys):

@@ -70,6 +70,10 @@ class AssignConfig:
         hosts, NVLink inside a host, 10 GbE across), or ``"measure"`` to time ``ppermute``
         payloads on the run's mesh (meaningful on accelerators; on the emulated CPU mesh a
         transfer is a memory copy).
+      solver: ``"milp"``: the mixed-integer program with HiGHS through cvxpy, under
+        ``time_limit`` and ``mip_gap``; ``"frontier"``: the same program's exact optimum by
+        per-channel Pareto frontiers (:func:`jaxgraph.comm.assign.solve`; milliseconds where
+        HiGHS takes tenths of a second, and no MIP solver needed).
       time_limit: seconds per mixed-integer solve.
       mip_gap: relative MIP gap at which a solve stops.
       lookahead: solve this many epochs before each period boundary, so that the new step can
@@ -81,6 +85,7 @@ class AssignConfig:
     lam: float = 0.5
     group_size: int = 100
     interconnect: str = "10gbe"
+    solver: str = "milp"
     time_limit: float = 10.0
     mip_gap: float = 0.01
     lookahead: int = 0
@@ -90,6 +95,10 @@ class AssignConfig:
             raise ValueError(f"lam must lie in [0, 1], got {self.lam}")
         if self.group_size < 1:
             raise ValueError(f"group_size must be at least 1, got {self.group_size}")
+        from jaxgraph.comm.assign import SOLVERS
+
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         if self.time_limit <= 0:
             raise ValueError(f"time_limit must be positive, got {self.time_limit}")
         if not 0.0 <= self.mip_gap < 1.0:
@@ -232,7 +241,8 @@ class Adaptive(Quantized):
         del epoch  # only a checkpoint knows a later assignment (see resume_state)
         from jaxgraph.comm import assign
 
-        assign.load_solver()  # at set-up, not in the first assignment's overhead
+        if self.config.solver == "milp":
+            assign.load_solver()  # at set-up, not in the first assignment's overhead
         return self.state_from_assignment(
             plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), 8)
         )
@@ -396,6 +406,7 @@ class Adaptive(Quantized):
             time_limit=cfg.time_limit,
             mip_rel_gap=cfg.mip_gap,
             fallback=fallback,
+            solver=cfg.solver,
         )
         solve_time = time.perf_counter() - t0
         fwd = [list(r) for r in previous.fwd]

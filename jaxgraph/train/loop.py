@@ -403,7 +403,7 @@ def _assignment_log(strategy: CommStrategy, epoch: int) -> dict[str, Any]:
             out[field] = info[field]
     if "keys" in info:
         out["solver"] = {
-            k: {f: v[f] for f in ("status", "solve_time") if f in v}
+            k: {f: v[f] for f in ("status", "solve_seconds", "mip_gap") if f in v}
             for k, v in info["keys"].items()
         }
     return out

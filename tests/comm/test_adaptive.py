@@ -281,3 +281,36 @@ def test_projected_comm_time_is_the_slowest_channel_per_round():
     got = projected_comm_time(plan, a, (dim,), cost)
     assert set(got) == {"fwd0"}
     assert got["fwd0"] == pytest.approx(expect, rel=1e-12)
+
+
+def test_frontier_solver_reaches_the_milp_optimum_without_a_mip_solver(monkeypatch):
+    """``AssignConfig(solver="frontier")``: each key's objective equals HiGHS's at gap 0,
+    and the re-assignment needs no MIP solver (no fallback, no warning)."""
+    import warnings
+
+    import cvxpy
+
+    from jaxgraph.comm.assign import SolverFallbackWarning
+
+    plan = _plan(GRAPH, 4)
+    dims = (GRAPH.num_features, 8)
+    previous = BitAssignment.uniform(plan, 2, 8)
+    rng = np.random.default_rng(2)
+    traces = {
+        d: tuple(tuple(rng.random(m.shape) for m in plan.send_mask) for _ in dims)
+        for d in ("fwd", "bwd")
+    }
+    milp = Adaptive(AssignConfig(lam=0.3, group_size=2, mip_gap=0.0), period=1)
+    _, milp_log = milp.solve(plan, dims, traces, previous)
+    monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
+    frontier = Adaptive(AssignConfig(lam=0.3, group_size=2, solver="frontier"), period=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SolverFallbackWarning)
+        assignment, log = frontier.solve(plan, dims, traces, previous)
+    assert set(log["keys"]) == set(milp_log["keys"]) == {"fwd0", "fwd1", "bwd1"}
+    for key, info in log["keys"].items():
+        assert info["status"] == "optimal" and not info["used_fallback"]
+        assert info["objective"] == pytest.approx(milp_log["keys"][key]["objective"], rel=1e-6)
+    assert any(set(v) != {8} for v in log["widths"].values())  # lam = 0.3 trades bits
+    with pytest.raises(ValueError, match="solver must be one of"):
+        AssignConfig(solver="cplex")

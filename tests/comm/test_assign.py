@@ -1,7 +1,9 @@
 """The bit-width program: HiGHS optimum against brute force, limits, fallbacks, grouping."""
 
 import dataclasses
+import itertools
 import time
+import warnings
 
 import cvxpy
 import numpy as np
@@ -391,14 +393,19 @@ def test_solver_error_falls_back(monkeypatch):
 # ---------------------------------------------------------------------- degenerate inputs
 
 
-@pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
-def test_zero_weights_and_free_transfers_give_finite_objectives(lam):
+def _zero_weight_instance():
+    """Channels whose rows all have weight 0 (3 parts), and random pair costs."""
     rng = np.random.default_rng(8)
     zeros = [
         Channel(c.sender, c.receiver, c.round, 0.0 * c.beta)
         for c in _random_channels(rng, 3, max_rows=6)
     ]
-    theta, gamma = _random_costs(rng, 3, unbalanced=False)
+    return zeros, *_random_costs(rng, 3, unbalanced=False)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
+def test_zero_weights_and_free_transfers_give_finite_objectives(lam):
+    zeros, theta, gamma = _zero_weight_instance()
     for th, ga in ((theta, gamma), (np.zeros((3, 3)), np.zeros((3, 3)))):
         problem, _, _ = _instance(zeros, th, ga, lam=lam, group_size=2)
         sol = solve(problem, mip_rel_gap=0.0)
@@ -482,3 +489,178 @@ def test_bad_problems_raise():
         solve(problem, time_limit=-1.0)
     with pytest.raises(ValueError, match="fallback width"):
         solve(problem, fallback=3)
+
+
+# ---------------------------------------------------------------------- the frontier solver
+
+
+def _mixed_problem(seed, lam, widths=BITS):
+    """Groups of arbitrary sizes (not make_problem's equal sizes), so no ordering argument
+    applies: the frontier's dynamic program must be exact by itself."""
+    rng = np.random.default_rng(seed)
+    p = 3
+    channels = []
+    for r in range(1, p):
+        for s in range(p):
+            g = int(rng.integers(0, 3))
+            channels.append(
+                assign.ChannelGroups(
+                    s,
+                    (s + r) % p,
+                    r,
+                    rng.random(g) * rng.choice([1e-3, 1.0]),
+                    rng.integers(1, 9, g),
+                )
+            )
+    theta, gamma = _random_costs(rng, p, unbalanced=True)
+    problem = assign.Problem(
+        channels=tuple(channels),
+        dim=int(rng.integers(4, 200)),
+        theta=theta,
+        gamma=gamma,
+        lam=lam,
+        num_parts=p,
+        widths=widths,
+    )
+    return problem
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.1, 0.5, 0.9])
+@pytest.mark.parametrize("seed", range(5))
+def test_frontier_optimum_equals_brute_force(seed, lam):
+    problem, _, _ = _small_instance(seed, lam)
+    frontier = solve(problem, solver="frontier")
+    brute = solve_brute_force(problem)
+    _assert_valid(problem, frontier)
+    assert frontier.status == "optimal" and frontier.mip_gap == 0.0
+    assert frontier.objective == pytest.approx(brute.objective, rel=1e-9, abs=1e-12)
+    assert assign.evaluate(problem, frontier.bits) == pytest.approx(
+        (frontier.objective, frontier.variance, frontier.time), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("widths", [BITS, (2, 4, 8, 32), (4, 8)])
+@pytest.mark.parametrize("seed", range(4))
+def test_frontier_is_exact_for_groups_of_any_size(seed, widths):
+    problem = _mixed_problem(seed, lam=0.4, widths=widths)
+    if problem.num_groups > 8 or problem.num_groups == 0:
+        problem = _mixed_problem(seed + 100, lam=0.4, widths=widths)
+    assert 1 <= problem.num_groups <= 8
+    frontier = solve(problem, solver="frontier")
+    brute = solve_brute_force(problem)
+    assert frontier.objective == pytest.approx(brute.objective, rel=1e-9, abs=1e-12)
+
+
+def test_channel_frontier_holds_the_least_variance_at_each_load():
+    """Every frontier point is the least variance of all width choices within its load; every
+    choice is dominated by the frontier point of the largest load it reaches; loads ascend
+    and variances strictly descend; each point's choice reproduces it."""
+    rng = np.random.default_rng(21)
+    num_groups, widths = 6, np.array(BITS)
+    counts = rng.integers(1, 5, num_groups)
+    var = rng.random(num_groups)[:, None] / (2.0 ** widths[None, :] - 1) ** 2
+    load = counts[:, None] * (widths[None, :] * 16 + 64)
+    loads, variances, choice = assign._channel_frontier(var, load)
+    assert np.all(np.diff(loads) > 0) and np.all(np.diff(variances) < 0)
+    rows = np.arange(num_groups)
+    for k in range(loads.size):
+        assert load[rows, choice[k]].sum() == loads[k]
+        assert var[rows, choice[k]].sum() == pytest.approx(variances[k], rel=1e-12)
+    everything = np.array(list(itertools.product(range(3), repeat=num_groups)))
+    all_loads = load[rows, everything].sum(axis=1)
+    all_vars = var[rows, everything].sum(axis=1)
+    for k in range(loads.size):
+        assert variances[k] == pytest.approx(all_vars[all_loads <= loads[k]].min(), rel=1e-12)
+    reach = np.searchsorted(loads, all_loads, side="right") - 1
+    assert np.all(reach >= 0)
+    assert np.all(variances[reach] <= all_vars * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.2, 0.7, 0.99])
+def test_frontier_equals_the_proven_milp_optimum(lam):
+    """Past brute force (4 parts, about 100 groups, unbalanced pairs, a latency floor): the
+    frontier's objective equals HiGHS's at gap 0, on both of HiGHS's paths."""
+    rng = np.random.default_rng(22)
+    channels = _random_channels(rng, 4, max_rows=30)
+    theta, gamma = _random_costs(rng, 4, unbalanced=True)
+    gamma += 2e-4
+    problem, _, _ = _instance(channels, theta, gamma, lam=lam, group_size=2, dim=32)
+    assert problem.num_groups >= 60
+    frontier = solve(problem, solver="frontier")
+    milp = solve(problem, mip_rel_gap=0.0, time_limit=60.0)
+    assert milp.status == "optimal"
+    assert frontier.objective == pytest.approx(milp.objective, rel=1e-6, abs=1e-9)
+    if lam == 0.0:
+        assert frontier.time == pytest.approx(objective_bounds(problem)["time_utopia"], rel=1e-12)
+
+
+def test_frontier_lies_within_the_milp_gap_on_a_large_program():
+    """On 8 parts and about 900 groups HiGHS stops at a 1 % gap: its objective bounds the
+    exact optimum from above, and (1 - gap) times it bounds it from below."""
+    rng = np.random.default_rng(23)
+    channels = [
+        Channel(s, (s + r) % 8, r, rng.lognormal(0.0, 2.0, int(rng.integers(40, 90))))
+        for r in range(1, 8)
+        for s in range(8)
+    ]
+    theta, gamma = _random_costs(rng, 8, unbalanced=True)
+    problem, _, _ = _instance(channels, theta, gamma, lam=0.5, group_size=4, dim=64)
+    assert problem.num_groups >= 800
+    frontier = solve(problem, solver="frontier")
+    milp = solve(problem, mip_rel_gap=0.01, time_limit=30.0)
+    assert milp.status == "optimal"
+    assert frontier.objective <= milp.objective * (1 + 1e-9)
+    assert frontier.objective >= milp.objective * (1 - 0.01) - 1e-12
+    _assert_valid(problem, frontier)
+
+
+def test_frontier_needs_no_mip_solver(monkeypatch):
+    monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
+    problem, _, _ = _small_instance(2, lam=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SolverFallbackWarning)
+        sol = solve(problem, solver="frontier")
+    assert sol.status == "optimal" and not sol.used_fallback
+    assert sol.objective == pytest.approx(solve_brute_force(problem).objective, abs=1e-12)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
+def test_frontier_degenerate_programs(lam):
+    """Zero weights (variance term dropped), free transfers (time term dropped, fast path),
+    an empty program and a single width."""
+    zeros, theta, gamma = _zero_weight_instance()
+    for th, ga in ((theta, gamma), (np.zeros((3, 3)), np.zeros((3, 3)))):
+        problem, _, _ = _instance(zeros, th, ga, lam=lam, group_size=2)
+        sol = solve(problem, solver="frontier")
+        _assert_valid(problem, sol)
+        if lam == 1.0 or not th.any():
+            assert all(np.all(b == 8) for b in sol.bits)
+        else:  # weights all zero: only time counts, and it reaches the bottleneck bound
+            assert sol.time == pytest.approx(objective_bounds(problem)["time_utopia"], rel=1e-12)
+    theta = np.full((2, 2), 1e-3)
+    empty, _, _ = _instance([Channel(0, 1, 1, np.zeros(0))], theta, theta, lam=lam, group_size=2)
+    assert solve(empty, solver="frontier").status == "empty"
+
+
+def test_frontier_bad_input_raises(monkeypatch):
+    problem, _, _ = _small_instance(0, lam=0.5)
+    with pytest.raises(ValueError, match=r"solver must be one of \('milp', 'frontier'\)"):
+        solve(problem, solver="highs")
+    monkeypatch.setattr(assign, "FRONTIER_MAX_POINTS", 1)
+    with pytest.raises(ValueError, match="frontier exceeds 1 points.*solver='milp'"):
+        solve(problem, solver="frontier")
+
+
+def test_solve_channels_with_the_frontier_matches_single_solves():
+    rng = np.random.default_rng(10)
+    theta, gamma = _random_costs(rng, 3, unbalanced=True)
+    specs = {f"fwd{i}": (_random_channels(rng, 3, max_rows=12), 16 * (i + 1)) for i in range(3)}
+    kw = dict(theta=theta, gamma=gamma, num_parts=3, lam=0.5, group_size=3)
+    out = assign.solve_channels(specs, solver="frontier", **kw)
+    for key, (chans, dim) in specs.items():
+        problem, groups = make_problem(chans, dim=dim, **kw)
+        milp = solve(problem, mip_rel_gap=0.0)
+        rows, info = out[key]
+        assert info["status"] == "optimal" and info["mip_gap"] == 0.0
+        assert info["objective"] == pytest.approx(milp.objective, rel=REL, abs=1e-12)
+        assert [r.shape for r in rows] == [c.beta.shape for c in chans]
