@@ -183,7 +183,14 @@ def markdown(rows: list[dict]) -> str:
     order = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(
         {_config_key(r) for r in rows},
-        key=lambda k: (datasets.index(k[0]), k[1], k[2], order.get(k[3], len(order)), *k[4:]),
+        key=lambda k: (
+            datasets.index(k[0]),
+            k[1],
+            k[2],
+            order.get(k[3], len(order)),
+            *k[4:9],
+            SOLVERS.index(k[9]) if k[9] else -1,
+        ),
     )
     lines = [
         "| dataset | model | P | method | λ | group | period | seeds | test acc "
