@@ -131,6 +131,7 @@ def run_one(cfg: TrainConfig, graph) -> dict:
     row = {
         "dataset": graph.name,
         "model": cfg.model.name,
+        "layers": cfg.model.num_layers,
         "parts": cfg.parts,
         "method": cfg.method,
         "seed": cfg.seed,
@@ -171,7 +172,7 @@ def _config_key(row: dict) -> tuple:
     """The settings that make one table row (everything but the seed)."""
     return tuple(
         row[f] for f in ("dataset", "model", "parts", "method", "lam", "group_size", "period")
-    ) + (row.get("lookahead", 0), row.get("chunks", 0), _solver(row))
+    ) + (row.get("lookahead", 0), row.get("chunks", 0), _solver(row), row.get("layers", 2))
 
 
 def _label(method: str, solver: str) -> str:
@@ -190,6 +191,7 @@ def markdown(rows: list[dict]) -> str:
             order.get(k[3], len(order)),
             *k[4:9],
             SOLVERS.index(k[9]) if k[9] else -1,
+            k[10],
         ),
     )
     lines = [
@@ -204,6 +206,7 @@ def markdown(rows: list[dict]) -> str:
             r
             for r in rows
             if (r["dataset"], r["model"], r["parts"], r["method"]) == (k[0], k[1], k[2], "vanilla")
+            and r.get("layers", 2) == k[10]
         ]
         acc, std = _mean_std([r["test_acc"] for r in sel])
         nbytes = statistics.mean(r["bytes_per_epoch"] for r in sel)
@@ -292,6 +295,7 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2, help="GNN layers (exchanges per step)")
     p.add_argument("--lam", type=float, default=AssignConfig().lam)
     p.add_argument("--group-size", type=int, default=AssignConfig().group_size)
     p.add_argument(
@@ -397,12 +401,12 @@ def main(argv=None) -> None:
         lookahead = assign.lookahead if method == "adaqp" else 0
         key = (graphs[dataset].name, model, parts, method, assign.lam, assign.group_size)
         solver = assign.solver if method == "adaqp" else ""
-        key += (period or max(args.epochs // 5, 1), lookahead, chunks, solver, seed)
+        key += (period or max(args.epochs // 5, 1), lookahead, chunks, solver, args.layers, seed)
         if key in done:
             continue
         cfg = TrainConfig(
             data=data_config(dataset, seed),
-            model=ModelConfig(name=model, hidden=args.hidden, dropout=0.5),
+            model=ModelConfig(name=model, hidden=args.hidden, num_layers=args.layers, dropout=0.5),
             optim=OptimConfig(learning_rate=0.01, weight_decay=5e-4),
             assign=assign,
             parts=parts,
@@ -434,7 +438,8 @@ def write_outputs(rows: list[dict], args, *, note: str) -> None:
     print(table)
     if args.out:
         args.out.with_suffix(".md").write_text(
-            f"Hidden {args.hidden}, dropout 0.5, Adam lr 0.01, wd 5e-4, {args.epochs} epochs, "
+            f"{args.layers} layers, hidden {args.hidden}, dropout 0.5, Adam lr 0.01, wd 5e-4, "
+            f"{args.epochs} epochs, "
             f"METIS parts, {note}; test accuracy at the best-validation epoch (mean ± std over "
             "seeds); bytes = halo bytes per training epoch over the whole mesh (what the "
             "collectives carry: every device sends as many bytes in a ring round as the round's "
@@ -448,7 +453,16 @@ def write_outputs(rows: list[dict], args, *, note: str) -> None:
             write_csv(rows, args.out.with_suffix(".csv"))
 
 
-_INT_FIELDS = ("parts", "seed", "group_size", "period", "lookahead", "chunks", "compiled_steps")
+_INT_FIELDS = (
+    "parts",
+    "layers",
+    "seed",
+    "group_size",
+    "period",
+    "lookahead",
+    "chunks",
+    "compiled_steps",
+)
 _TEXT_FIELDS = ("dataset", "model", "method", "solver", "last_widths")
 
 

@@ -551,22 +551,38 @@ def test_frontier_is_exact_for_groups_of_any_size(seed, widths):
     assert frontier.objective == pytest.approx(brute.objective, rel=1e-9, abs=1e-12)
 
 
-def test_channel_frontier_holds_the_least_variance_at_each_load():
+@pytest.mark.parametrize(
+    ("seed", "widths", "dim"),
+    [
+        (21, BITS, 16),
+        (22, BITS, 3),
+        (23, (2, 4, 8, 32), 2),
+        (24, (2, 4, 8, 32), 40),
+        (25, (4, 8), 5),
+    ],
+)
+def test_channel_frontier_holds_the_least_variance_at_each_load(seed, widths, dim):
     """Every frontier point is the least variance of all width choices within its load; every
     choice is dominated by the frontier point of the largest load it reaches; loads ascend
-    and variances strictly descend; each point's choice reproduces it."""
-    rng = np.random.default_rng(21)
-    num_groups, widths = 6, np.array(BITS)
-    counts = rng.integers(1, 5, num_groups)
-    var = rng.random(num_groups)[:, None] / (2.0 ** widths[None, :] - 1) ** 2
-    load = counts[:, None] * (widths[None, :] * 16 + 64)
-    loads, variances, choice = assign._channel_frontier(var, load)
+    and variances strictly descend; each point's choice reproduces it. Seven groups, most of
+    one size (the dynamic program of a size class) and some of others (classes combined);
+    at D = 2 a raw 32-bit row is cheaper than an 8-bit one."""
+    rng = np.random.default_rng(seed)
+    num_groups, widths = 7, np.array(widths)
+    counts = np.where(rng.random(num_groups) < 0.7, 3, rng.integers(1, 6, num_groups))
+    var = rng.random(num_groups)[:, None] * np.where(
+        widths == 32, 0.0, 1.0 / (2.0**widths - 1) ** 2
+    )
+    var[rng.integers(num_groups)] = 0.0  # a group of zero weight
+    per_row = np.where(widths == 32, 32 * dim, widths * dim + 64)
+    load = counts[:, None] * per_row[None, :]
+    loads, variances, choice = assign._channel_frontier(var, counts, per_row)
     assert np.all(np.diff(loads) > 0) and np.all(np.diff(variances) < 0)
     rows = np.arange(num_groups)
     for k in range(loads.size):
         assert load[rows, choice[k]].sum() == loads[k]
         assert var[rows, choice[k]].sum() == pytest.approx(variances[k], rel=1e-12)
-    everything = np.array(list(itertools.product(range(3), repeat=num_groups)))
+    everything = np.array(list(itertools.product(range(widths.size), repeat=num_groups)))
     all_loads = load[rows, everything].sum(axis=1)
     all_vars = var[rows, everything].sum(axis=1)
     for k in range(loads.size):
@@ -647,7 +663,7 @@ def test_frontier_bad_input_raises(monkeypatch):
     with pytest.raises(ValueError, match=r"solver must be one of \('milp', 'frontier'\)"):
         solve(problem, solver="highs")
     monkeypatch.setattr(assign, "FRONTIER_MAX_POINTS", 1)
-    with pytest.raises(ValueError, match="frontier exceeds 1 points.*solver='milp'"):
+    with pytest.raises(ValueError, match=r"more than 1 .*solver='milp'"):
         solve(problem, solver="frontier")
 
 
