@@ -296,6 +296,9 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2, help="GNN layers (exchanges per step)")
+    p.add_argument(
+        "--period", type=int, help="epochs per assignment of random and adaqp (default epochs/5)"
+    )
     p.add_argument("--lam", type=float, default=AssignConfig().lam)
     p.add_argument("--group-size", type=int, default=AssignConfig().group_size)
     p.add_argument(
@@ -358,6 +361,7 @@ def main(argv=None) -> None:
         ]
         write_outputs(rows, args, note=f"runs merged from {', '.join(map(str, args.from_csv))}")
         return
+    period = args.period or 0  # 0: epochs / 5
     base_assign = AssignConfig(
         lam=args.lam, group_size=args.group_size, lookahead=args.lookahead, solver=args.solver[0]
     )
@@ -372,7 +376,9 @@ def main(argv=None) -> None:
                                 a = base_assign
                                 if solver is not None:
                                     a = dataclasses.replace(base_assign, solver=solver)
-                                jobs.append((dataset, model, parts, method, seed, a, 0, chunks))
+                                jobs.append(
+                                    (dataset, model, parts, method, seed, a, period, chunks)
+                                )
     if args.sensitivity:
         d, m, parts = args.datasets[0], args.models[0], args.parts[-1]
         chunks = args.exchange_chunks[0]
