@@ -365,6 +365,7 @@ def main(argv=None) -> None:
     base_assign = AssignConfig(
         lam=args.lam, group_size=args.group_size, lookahead=args.lookahead, solver=args.solver[0]
     )
+    solver_variants = [dataclasses.replace(base_assign, solver=s) for s in args.solver]
     jobs = []
     for dataset in args.datasets:
         for model in args.models:
@@ -372,10 +373,7 @@ def main(argv=None) -> None:
                 for method in args.methods:
                     for seed in args.seeds:
                         for chunks in args.exchange_chunks if method in PERIODIC else [0]:
-                            for solver in args.solver if method == "adaqp" else [None]:
-                                a = base_assign
-                                if solver is not None:
-                                    a = dataclasses.replace(base_assign, solver=solver)
+                            for a in solver_variants if method == "adaqp" else [base_assign]:
                                 jobs.append(
                                     (dataset, model, parts, method, seed, a, period, chunks)
                                 )

@@ -69,8 +69,8 @@ def bench(dataset: str, parts: int, args) -> list[dict]:
             seconds.append(time.perf_counter() - t0)
             objectives.append({k: v["objective"] for k, v in log["keys"].items()})
         results[(name, gap)] = (seconds, objectives)
+        groups = {k: v["groups"] for k, v in log["keys"].items()}  # the same for every solve
     exact = results[("frontier", None)][1]
-    groups = {k: v["groups"] for k, v in log["keys"].items()}
     rows = []
     for (name, gap), (seconds, objectives) in results.items():
         excess = max(

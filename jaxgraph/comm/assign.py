@@ -329,10 +329,16 @@ def make_problem(
 # ---------------------------------------------------------------------- the model, in numpy
 
 
+def _row_bits(widths: np.ndarray, dim: int) -> np.ndarray:
+    """``int64[W]`` bits per row at each width: packed codes plus fp32 (scale, lo); raw fp32
+    at 32 (exact integers, so that the frontier solver's equal totals compare equal)."""
+    widths = np.asarray(widths, np.int64)
+    return np.where(widths == 32, 32 * dim, widths * dim + 8 * PARAM_BYTES)
+
+
 def _row_mib(widths: np.ndarray, dim: int) -> np.ndarray:
-    """MiB per row at each width: packed codes plus fp32 (scale, lo); raw fp32 at 32."""
-    quantized = widths * dim / 8.0 + PARAM_BYTES
-    return np.where(widths == 32, 4.0 * dim, quantized) / MIB
+    """MiB per row at each width (:func:`_row_bits` in MiB)."""
+    return _row_bits(widths, dim) / (8.0 * MIB)
 
 
 def _variance_factor(widths: np.ndarray) -> np.ndarray:
@@ -693,18 +699,6 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
 FRONTIER_MAX_POINTS = 20_000_000
 
 
-def _wire_bits(problem: Problem, model: _Model) -> tuple[np.ndarray, np.ndarray]:
-    """``(count int64[K], per_row int64[W])``: a group's bits on the wire at width ``i`` are
-    ``count * per_row[i]`` (exact integers, so that equal totals compare equal;
-    ``model.sec = theta_c * count * per_row / (8 MiB)``)."""
-    used = [c for c in problem.channels if c.count.size]
-    count = np.concatenate([c.count for c in used]) if used else np.zeros(0, np.int64)
-    per_row = np.where(
-        model.widths == 32, 32 * problem.dim, model.widths * problem.dim + 8 * PARAM_BYTES
-    )
-    return count.astype(np.int64), per_row.astype(np.int64)
-
-
 def _pareto(load: np.ndarray, var: np.ndarray) -> np.ndarray:
     """Indices of the Pareto points among candidates ``(load, var)``, by ascending load with
     strictly descending variance (of equal loads, only the least variance)."""
@@ -800,8 +794,9 @@ def _frontier(problem: Problem, model: _Model) -> np.ndarray:
     them are scored and the best kept (ties: the shortest round). Rounds are independent (see
     the module docstring), so the program's optimum is the rounds' optima together.
     """
-    count, per_row = _wire_bits(problem, model)
-    used = [c for c in problem.channels if c.count.size]
+    used = [c for c in problem.channels if c.count.size]  # the model's channels
+    count = np.concatenate([c.count for c in used])  # the bits of a group: count * per_row
+    per_row = _row_bits(model.widths, problem.dim)
     theta = np.array([problem.theta[c.sender, c.receiver] for c in used], np.float64)
     choice = np.zeros(model.channel.size, np.int64)
     for r in range(model.num_rounds):
