@@ -465,6 +465,28 @@ def test_solve_many_and_solve_channels_match_single_solves():
         assert [r.shape for r in rows] == [c.beta.shape for c in specs[key][0]]
 
 
+def test_solves_after_the_caller_ran_highs_with_its_own_thread_count():
+    """HiGHS keeps one scheduler per calling thread, sized by its first run, and fails a later
+    run on that thread that asks for another size. The program's solves ask for one thread, so
+    they must never run on the caller's thread, which may have used HiGHS already (here: with
+    its default thread count), even when one worker does all of them."""
+    x = cvxpy.Variable(3, boolean=True)
+    warm = cvxpy.Problem(cvxpy.Minimize(np.array([1.0, 2.0, 3.0]) @ x), [cvxpy.sum(x) >= 2])
+    warm.solve(solver=assign.SOLVER)
+    assert warm.value == pytest.approx(3.0)
+    problem, _, _ = _small_instance(3, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SolverFallbackWarning)
+        milp = solve(problem, mip_rel_gap=0.0)
+        many = assign.solve_many({"a": problem}, mip_rel_gap=0.0, max_workers=1)
+    expected = solve_brute_force(problem).objective
+    for sol in (milp, many["a"]):
+        assert sol.status == "optimal"
+        assert sol.objective == pytest.approx(expected, rel=REL, abs=1e-12)
+    warm.solve(solver=assign.SOLVER)  # and the caller's own HiGHS use still works after ours
+    assert warm.status == "optimal"
+
+
 def test_bad_problems_raise():
     theta = np.full((2, 2), 1e-3)
     ch = [Channel(0, 1, 1, np.ones(2))]
