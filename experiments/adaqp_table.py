@@ -140,6 +140,7 @@ def run_one(cfg: TrainConfig, graph) -> dict:
         "period": assignment_period(cfg),
         "lookahead": cfg.assign.lookahead if cfg.method == "adaqp" else 0,
         "solver": cfg.assign.solver if cfg.method == "adaqp" else "",
+        "widths": _widths_text(cfg.assign.widths) if cfg.method in PERIODIC else "",
         "chunks": summary["exchange_chunks"] if cfg.method in PERIODIC else 0,
         "compiled_steps": summary["compiled_steps"],
         "compile_time": summary["compile_time"],
@@ -168,15 +169,37 @@ def _solver(row: dict) -> str:
     return (row.get("solver") or "milp") if row["method"] == "adaqp" else ""
 
 
+def _widths_text(widths) -> str:
+    return "/".join(str(w) for w in widths)
+
+
+DEFAULT_WIDTHS = _widths_text(AssignConfig().widths)
+
+
+def _widths(row: dict) -> str:
+    """The candidate widths of a random or adaqp run, as ``"2/4/8"`` (the default in CSVs
+    from before the column)."""
+    return (row.get("widths") or DEFAULT_WIDTHS) if row["method"] in PERIODIC else ""
+
+
 def _config_key(row: dict) -> tuple:
     """The settings that make one table row (everything but the seed)."""
     return tuple(
         row[f] for f in ("dataset", "model", "parts", "method", "lam", "group_size", "period")
-    ) + (row.get("lookahead", 0), row.get("chunks", 0), _solver(row), row.get("layers", 2))
+    ) + (
+        row.get("lookahead", 0),
+        row.get("chunks", 0),
+        _solver(row),
+        row.get("layers", 2),
+        _widths(row),
+    )
 
 
-def _label(method: str, solver: str) -> str:
-    return f"{method} ({solver})" if solver not in ("", "milp") else method
+def _label(method: str, solver: str, widths: str = "") -> str:
+    label = f"{method} ({solver})" if solver not in ("", "milp") else method
+    if widths not in ("", DEFAULT_WIDTHS):
+        label += " {" + widths.replace("/", ",") + "}"
+    return label
 
 
 def markdown(rows: list[dict]) -> str:
@@ -192,6 +215,7 @@ def markdown(rows: list[dict]) -> str:
             *k[4:9],
             SOLVERS.index(k[9]) if k[9] else -1,
             k[10],
+            k[11],
         ),
     )
     lines = [
@@ -223,7 +247,8 @@ def markdown(rows: list[dict]) -> str:
             rejit = 100 * statistics.mean(r["assign_rejit_time"] / r["wall_time"] for r in sel)
             overhead = f"{solve:.1f} / {rejit:.1f}"
         lines.append(
-            f"| {k[0]} | {k[1]} | {k[2]} | {_label(k[3], k[9])} | {k[4] if adaptive else ''} | "
+            f"| {k[0]} | {k[1]} | {k[2]} | {_label(k[3], k[9], k[11])} | "
+            f"{k[4] if adaptive else ''} | "
             f"{k[5] if adaptive else ''} | "
             f"{(f'{k[6]}' + (f' (lookahead {k[7]})' if k[7] else '')) if periodic else ''} | "
             f"{len(sel)} | "
@@ -258,7 +283,10 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.set_axis_off()
             continue
         solvers = sorted({_solver(r) for r in rows})
-        for method, chunks, solver in itertools.product(METHODS, chunkings, solvers):
+        width_sets = sorted({_widths(r) for r in rows})
+        for method, chunks, solver, widths in itertools.product(
+            METHODS, chunkings, solvers, width_sets
+        ):
             sel = [
                 r
                 for r in rows
@@ -266,12 +294,13 @@ def plot(rows: list[dict], path: Path) -> None:
                 and r["lam"] == AssignConfig().lam
                 and r.get("chunks", 0) == chunks
                 and _solver(r) == solver
+                and _widths(r) == widths
             ]
             if not sel:
                 continue
             x = 1e3 * statistics.mean(r["proj_10gbe"] for r in sel)
             y, e = _mean_std([r["test_acc"] for r in sel])
-            label = _label(method, solver) + (
+            label = _label(method, solver, widths) + (
                 f" ({'chunks ' + str(chunks) if chunks else 'exact'})"
                 if (method in PERIODIC and len(chunkings) > 1)
                 else ""
@@ -307,6 +336,13 @@ def main(argv=None) -> None:
         choices=SOLVERS,
         default=[AssignConfig().solver],
         help="adaqp: how the bit-width program is solved (several values run each)",
+    )
+    p.add_argument(
+        "--widths",
+        nargs="+",
+        type=int,
+        default=list(AssignConfig().widths),
+        help="random and adaqp: the candidate bit-widths (default 2 4 8)",
     )
     p.add_argument(
         "--sensitivity",
@@ -363,7 +399,11 @@ def main(argv=None) -> None:
         return
     period = args.period or 0  # 0: epochs / 5
     base_assign = AssignConfig(
-        lam=args.lam, group_size=args.group_size, lookahead=args.lookahead, solver=args.solver[0]
+        lam=args.lam,
+        group_size=args.group_size,
+        lookahead=args.lookahead,
+        solver=args.solver[0],
+        widths=tuple(args.widths),
     )
     solver_variants = [dataclasses.replace(base_assign, solver=s) for s in args.solver]
     jobs = []
@@ -405,7 +445,9 @@ def main(argv=None) -> None:
         lookahead = assign.lookahead if method == "adaqp" else 0
         key = (graphs[dataset].name, model, parts, method, assign.lam, assign.group_size)
         solver = assign.solver if method == "adaqp" else ""
-        key += (period or max(args.epochs // 5, 1), lookahead, chunks, solver, args.layers, seed)
+        widths = _widths_text(assign.widths) if method in PERIODIC else ""
+        key += (period or max(args.epochs // 5, 1), lookahead, chunks, solver, args.layers)
+        key += (widths, seed)
         if key in done:
             continue
         cfg = TrainConfig(
@@ -425,7 +467,8 @@ def main(argv=None) -> None:
         row = run_one(cfg, graphs[dataset])
         rows.append(row)
         print(
-            f"{dataset} {model} P={parts} {_label(method, solver)} seed={seed} λ={assign.lam} "
+            f"{dataset} {model} P={parts} {_label(method, solver, widths)} seed={seed} "
+            f"λ={assign.lam} "
             f"g={assign.group_size} period={row['period']} chunks={chunks}: "
             f"acc {row['test_acc']:.1f} "
             f"bytes {row['bytes_per_epoch']:.3g} proj10GbE {1e3 * row['proj_10gbe']:.2f} ms "
@@ -467,7 +510,7 @@ _INT_FIELDS = (
     "chunks",
     "compiled_steps",
 )
-_TEXT_FIELDS = ("dataset", "model", "method", "solver", "last_widths")
+_TEXT_FIELDS = ("dataset", "model", "method", "solver", "widths", "last_widths")
 
 
 def read_rows(paths) -> list[dict]:

@@ -90,6 +90,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="adaqp: cost-model preset pricing device-to-device transfers (e.g. 10gbe)",
     )
     tp.add_argument(
+        "--widths",
+        type=int,
+        nargs="+",
+        help="adaqp, quant-random: the candidate bit-widths, from 2 4 8 (default: all three)",
+    )
+    tp.add_argument(
         "--assign-solver",
         help="adaqp: how the bit-width program is solved: milp (HiGHS through cvxpy, default) "
         "or frontier (exact, by per-channel Pareto frontiers)",
@@ -230,6 +236,7 @@ def _train_config(args):
             ("interconnect", args.interconnect),
             ("lookahead", args.lookahead),
             ("solver", args.assign_solver),
+            ("widths", tuple(args.widths) if args.widths else None),
         )
         if v is not None
     }

@@ -43,6 +43,9 @@ def test_two_epoch_training_run(tmp_path, capsys):
             "nvlink3:2:10gbe",
             "--assign-solver",
             "frontier",
+            "--widths",
+            "4",
+            "2",
         ]
     )
     assert rc == 0
@@ -56,6 +59,9 @@ def test_two_epoch_training_run(tmp_path, capsys):
     assert [x["epoch"] for x in lines] == [1, 2]
     assert "widths" not in lines[0] and set(lines[1]["widths"]) == {"fwd0", "fwd1", "bwd1"}
     assert "10gbe across 2 hosts" in lines[1]["cost_model"]
+    # Candidate widths 2 and 4: the solved assignment uses nothing else.
+    for key, counts in lines[1]["widths"].items():
+        assert set(counts) <= {"2", "4"} and sum(counts.values()) > 0, key
     for key in ("fwd0", "fwd1", "bwd1"):  # the exact solver: optimal, gap 0
         assert lines[1]["solver"][key]["status"] in ("optimal", "fast_path")
         assert lines[1]["solver"][key]["solve_seconds"] >= 0
@@ -83,6 +89,11 @@ def test_partition_report_and_heatmap(tmp_path, capsys):
         (
             ["train", "--method", "adaqp", "--assign-solver", "cplex"],
             "solver must be one of ('milp', 'frontier'), got 'cplex'",
+        ),
+        (
+            ["train", "--method", "quant-random", "--widths", "2", "16"],
+            "candidate bit-widths must be distinct values from (2, 4, 8) (at least one), "
+            "got (2, 16)",
         ),
     ],
 )

@@ -47,6 +47,7 @@ from jaxgraph.comm.quantized import (
     Quantized,
     bucket_state,
     check_chunks,
+    check_widths,
     row_range_variance,
 )
 from jaxgraph.mesh import to_host
@@ -70,6 +71,9 @@ class AssignConfig:
         hosts, NVLink inside a host, 10 GbE across), or ``"measure"`` to time ``ppermute``
         payloads on the run's mesh (meaningful on accelerators; on the emulated CPU mesh a
         transfer is a memory copy).
+      widths: the candidate bit-widths of every group (a subset of ``(2, 4, 8)``; also the
+        widths ``quant-random`` draws from, for a like-for-like baseline). The first period
+        runs at 8 bits, or at the widest candidate if 8 is not one.
       solver: ``"milp"``: the mixed-integer program with HiGHS through cvxpy, under
         ``time_limit`` and ``mip_gap``; ``"frontier"``: the same program's exact optimum by
         per-channel Pareto frontiers (:func:`jaxgraph.comm.assign.solve`; milliseconds where
@@ -85,6 +89,7 @@ class AssignConfig:
     lam: float = 0.5
     group_size: int = 100
     interconnect: str = "10gbe"
+    widths: tuple[int, ...] = QUANT_WIDTHS
     solver: str = "milp"
     time_limit: float = 10.0
     mip_gap: float = 0.01
@@ -95,6 +100,7 @@ class AssignConfig:
             raise ValueError(f"lam must lie in [0, 1], got {self.lam}")
         if self.group_size < 1:
             raise ValueError(f"group_size must be at least 1, got {self.group_size}")
+        object.__setattr__(self, "widths", check_widths(self.widths))  # sorted, a tuple
         from jaxgraph.comm.assign import SOLVERS
 
         if self.solver not in SOLVERS:
@@ -180,7 +186,8 @@ class Adaptive(Quantized):
 
     Args:
       config: the program's settings.
-      period: epochs per assignment period (the first runs at uniform 8 bits).
+      period: epochs per assignment period (the first runs at uniform 8 bits, or at the
+        widest of ``config.widths``).
       norm: the aggregation the model uses (``"gcn"`` or ``"mean"``), for the scores.
       cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
         one from ``config.interconnect`` when the first program is set up.
@@ -203,6 +210,7 @@ class Adaptive(Quantized):
         super().__init__(8, period=period, seed=seed)
         check_chunks(chunks)
         self.chunks = int(chunks)  # the widths change: a chunked layout can serve them all
+        self.widths = config.widths
         if norm not in NORMS:
             raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
         if config.lookahead >= period:
@@ -226,7 +234,7 @@ class Adaptive(Quantized):
         """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
         ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
         the next boundary (``upcoming``; until a solve, the current one)."""
-        state = bucket_state(plan, assignment, chunks=self.chunks)
+        state = bucket_state(plan, assignment, chunks=self.chunks, widths=self.widths)
         state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
         if self.config.lookahead:
             upcoming = upcoming or assignment
@@ -243,8 +251,9 @@ class Adaptive(Quantized):
 
         if self.config.solver == "milp":
             assign.load_solver()  # at set-up, not in the first assignment's overhead
+        first = 8 if 8 in self.widths else max(self.widths)
         return self.state_from_assignment(
-            plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), 8)
+            plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), first)
         )
 
     def resume_state(self, plan, layer_dims, *, epoch, saved):
@@ -403,6 +412,7 @@ class Adaptive(Quantized):
             num_parts=num_parts,
             lam=cfg.lam,
             group_size=cfg.group_size,
+            widths=cfg.widths,
             time_limit=cfg.time_limit,
             mip_rel_gap=cfg.mip_gap,
             fallback=fallback,

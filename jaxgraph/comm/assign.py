@@ -1180,15 +1180,16 @@ def assign_bits(
     mip_rel_gap: float = 0.01,
     fallback: int | Sequence[np.ndarray] | None = None,
     solver: str = "milp",
+    widths: tuple[int, ...] = BITS,
 ) -> tuple[list[np.ndarray], dict]:
     """Groups, solves and expands one exchange key.
 
     Args:
       channels: the key's :class:`Channel` s (or plain ``(sender, receiver, round, beta)``).
-      dim, theta, gamma, num_parts, lam: as in :class:`Problem`.
+      dim, theta, gamma, num_parts, lam, widths: as in :class:`Problem`.
       group_size: rows per group (:func:`group_rows`).
       time_limit, mip_rel_gap, solver: as in :func:`solve`.
-      fallback: kept when the program cannot be solved: one width (``None``: 8), or per
+      fallback: kept when the program cannot be solved: one width (``None``: the widest), or per
         channel ``int[n_c]`` row widths (e.g. the previous assignment).
 
     Returns:
@@ -1205,6 +1206,7 @@ def assign_bits(
         num_parts=num_parts,
         lam=lam,
         group_size=group_size,
+        widths=widths,
     )
     _check_row_fallback(fallback, channels)
     solution = _solve(problem, time_limit, mip_rel_gap, _group_fallback(fallback), solver)
@@ -1225,6 +1227,7 @@ def solve_channels(
     fallback: int | Mapping[str, Sequence[np.ndarray]] | None = None,
     max_workers: int | None = None,
     solver: str = "milp",
+    widths: tuple[int, ...] = BITS,
 ) -> dict[str, tuple[list[np.ndarray], dict]]:
     """:func:`assign_bits` for several exchange keys at once, solved in parallel threads.
 
@@ -1245,6 +1248,7 @@ def solve_channels(
             num_parts=num_parts,
             lam=lam,
             group_size=group_size,
+            widths=widths,
         )
         for key, (chans, dim) in specs.items()
     }

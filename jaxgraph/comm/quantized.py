@@ -122,6 +122,18 @@ def _check_width(bits: int) -> None:
         raise ValueError(f"bit-width must be one of {WIDTHS}, got {bits}")
 
 
+def check_widths(widths: Sequence[int]) -> tuple[int, ...]:
+    """A set of candidate widths, validated and sorted: a non-empty subset of
+    :data:`QUANT_WIDTHS` without repeats."""
+    out = tuple(sorted(int(w) for w in widths))
+    if not out or len(set(out)) != len(out) or not set(out) <= set(QUANT_WIDTHS):
+        raise ValueError(
+            f"candidate bit-widths must be distinct values from {QUANT_WIDTHS} (at least one), "
+            f"got {tuple(widths)}"
+        )
+    return out
+
+
 # ---------------------------------------------------------------------- host: buckets
 
 
@@ -736,7 +748,7 @@ class Quantized(CommStrategy):
 
     Args:
       bits: ``2``, ``4``, ``8`` (every message at that width), ``32`` (no compression: the
-        same code path delivering exact rows) or ``"random"`` (uniform over {2, 4, 8} per
+        same code path delivering exact rows) or ``"random"`` (uniform over ``widths`` per
         message, re-drawn every ``period`` epochs).
       period: epochs per assignment period (random mode).
       seed: seed of the random draws.
@@ -744,9 +756,19 @@ class Quantized(CommStrategy):
         sizes the buffers for each assignment, so every new one compiles a new step; ``J``
         keeps one chunked layout, and one compiled step, for every assignment. A fixed width
         never changes, so its layout is always exact.
+      widths: the candidate widths of random mode (a subset of :data:`QUANT_WIDTHS`); a
+        chunked layout holds a bucket for each, so fewer widths quantize less.
     """
 
-    def __init__(self, bits: int | str = 8, *, period: int = 40, seed: int = 0, chunks: int = 0):
+    def __init__(
+        self,
+        bits: int | str = 8,
+        *,
+        period: int = 40,
+        seed: int = 0,
+        chunks: int = 0,
+        widths: Sequence[int] = QUANT_WIDTHS,
+    ):
         if bits != "random":
             _check_width(bits)
         if period < 1:
@@ -754,10 +776,11 @@ class Quantized(CommStrategy):
         check_chunks(chunks)
         self.bits, self.period, self.seed = bits, int(period), int(seed)
         self.chunks = int(chunks) if bits == "random" else 0
+        self.widths = check_widths(widths) if bits == "random" else QUANT_WIDTHS
         self.name = f"quant-{bits}"
 
     def _key(self):
-        return (type(self), self.bits, self.period, self.seed, self.chunks)
+        return (type(self), self.bits, self.period, self.seed, self.chunks, self.widths)
 
     def __eq__(self, other):
         return isinstance(other, Quantized) and other._key() == self._key()
@@ -769,14 +792,14 @@ class Quantized(CommStrategy):
         """The assignment in force during assignment period ``period_index`` (0-based)."""
         if self.bits == "random":
             rng = np.random.default_rng([self.seed, period_index])
-            return BitAssignment.random(plan, num_layers, rng)
+            return BitAssignment.random(plan, num_layers, rng, self.widths)
         return BitAssignment.uniform(plan, num_layers, self.bits)
 
     def init_state(self, plan, layer_dims, *, epoch: int = 0):
         # After `epoch` completed epochs the state holds the assignment that epoch used.
         period_index = max(epoch - 1, 0) // self.period
         assignment = self.assignment(plan, len(layer_dims), period_index=period_index)
-        return bucket_state(plan, assignment, chunks=self.chunks)
+        return bucket_state(plan, assignment, chunks=self.chunks, widths=self.widths)
 
     def update_state(self, comm_state, *, epoch, plan, layer_dims):
         if self.bits != "random" or epoch == 1 or (epoch - 1) % self.period:

@@ -63,12 +63,12 @@ def make_strategy(
     (:func:`jaxgraph.comm.stale.make_block_strategy`).
 
     ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
-    through the same path); ``quant-random`` draws a width from {2, 4, 8} per message every
-    ``period`` epochs; ``adaqp`` re-solves the widths every ``period`` epochs from traced
-    messages (settings ``assign``; ``model`` names the aggregation that weighs them). For
-    these two, ``chunks`` chooses the layout of the exchange
-    (:func:`jaxgraph.comm.quantized.bucket_state`): ``0`` re-jits the step for every new
-    assignment, ``J >= 1`` compiles one step for all of them.
+    through the same path); ``quant-random`` draws a width from ``assign.widths`` (default
+    {2, 4, 8}) per message every ``period`` epochs; ``adaqp`` re-solves the widths every
+    ``period`` epochs from traced messages (settings ``assign``; ``model`` names the
+    aggregation that weighs them). For these two, ``chunks`` chooses the layout of the
+    exchange (:func:`jaxgraph.comm.quantized.bucket_state`): ``0`` re-jits the step for every
+    new assignment, ``J >= 1`` compiles one step for all of them.
     """
     if method == "vanilla":
         return Vanilla()
@@ -86,8 +86,10 @@ def make_strategy(
         from jaxgraph.comm.quantized import Quantized
 
         bits = method.removeprefix("quant-")
-        bits = bits if bits == "random" else int(bits)  # a fixed width ignores `chunks`
-        return Quantized(bits, period=period, seed=seed, chunks=chunks)
+        if bits != "random":  # a fixed width ignores `chunks` and the candidate widths
+            return Quantized(int(bits), period=period, seed=seed)
+        widths = (assign or AssignConfig()).widths
+        return Quantized(bits, period=period, seed=seed, chunks=chunks, widths=widths)
     if method.startswith("pipegcn"):
         from jaxgraph.comm.pipegcn import make_pipegcn
 
@@ -423,7 +425,7 @@ def _signature(tree) -> tuple:
 
 def _check_same_run(path: Path, saved: dict[str, Any], config: TrainConfig) -> None:
     """A checkpoint may be resumed with a different epoch budget, nothing else."""
-    now = config.to_dict()
+    now = json.loads(json.dumps(config.to_dict()))  # as saved: tuples read back as lists
     ignore = {"epochs", "progress", "workdir", "checkpoint_every", "eval_every"}
     diff = sorted(
         k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k)

@@ -314,3 +314,76 @@ def test_frontier_solver_reaches_the_milp_optimum_without_a_mip_solver(monkeypat
     assert any(set(v) != {8} for v in log["widths"].values())  # lam = 0.3 trades bits
     with pytest.raises(ValueError, match="solver must be one of"):
         AssignConfig(solver="cplex")
+
+
+@pytest.mark.parametrize("solver", ["milp", "frontier"])
+def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
+    """``AssignConfig(widths=(2, 4))``: the first period runs at 4 bits, a solve uses only 2
+    and 4 (both solvers reach the same optimum of that program), and the chunked layout has a
+    bucket for exactly those widths, so a solved assignment fits it."""
+    plan = _plan(GRAPH, 4)
+    dims = (GRAPH.num_features, 8)
+    config = AssignConfig(lam=0.5, group_size=2, widths=[4, 2], solver=solver, mip_gap=0.0)
+    assert config.widths == (2, 4)
+    strategy = Adaptive(config, period=1, chunks=2)
+    state = strategy.init_state(plan, dims)
+    for rounds in state["bits"]["fwd"] + state["bits"]["bwd"]:
+        for bits, mask in zip(rounds, plan.send_mask, strict=True):
+            assert set(np.unique(bits[mask])) == {4}
+    assert all(layout.widths == (2, 4) for layout in state["fwd"] + state["bwd"])
+    rng = np.random.default_rng(3)
+    traces = {
+        d: tuple(tuple(rng.lognormal(0.0, 2.0, m.shape) for m in plan.send_mask) for _ in dims)
+        for d in ("fwd", "bwd")
+    }
+    previous = BitAssignment.uniform(plan, 2, 4)
+    assignment, log = strategy.solve(plan, dims, traces, previous)
+    used = {w for counts in log["widths"].values() for w, n in counts.items() if n}
+    assert used == {2, 4}  # λ 0.5 on log-normal traces trades bits: both widths occur
+    other = Adaptive(
+        AssignConfig(
+            lam=0.5,
+            group_size=2,
+            widths=(2, 4),
+            mip_gap=0.0,
+            solver="frontier" if solver == "milp" else "milp",
+        ),
+        period=1,
+    )
+    _, other_log = other.solve(plan, dims, traces, previous)
+    for key, info in log["keys"].items():
+        assert info["objective"] == pytest.approx(other_log["keys"][key]["objective"], rel=1e-6)
+    full = Adaptive(AssignConfig(lam=0.5, group_size=2, solver="frontier"), period=1)
+    _, full_log = full.solve(plan, dims, traces, previous)
+    assert any(c[8] for c in full_log["widths"].values())  # without the bound, 8 bits occur
+    layout = strategy.state_from_assignment(plan, dims, assignment)
+    assert all(a.widths == (2, 4) for a in layout["fwd"] + layout["bwd"])
+    # 8 bits leads when it is a candidate; otherwise the widest candidate does.
+    for widths, first in (((4, 8), 8), ((2,), 2)):
+        s = Adaptive(AssignConfig(widths=widths), period=1).init_state(plan, dims)
+        assert {int(v) for v in np.unique(s["bits"]["fwd"][0][0][plan.send_mask[0]])} == {first}
+
+
+def test_random_baseline_draws_from_the_candidate_widths():
+    from jaxgraph.comm.quantized import Quantized
+
+    plan = _plan(GRAPH, 4)
+    narrow = Quantized("random", widths=(4, 2), chunks=2)
+    drawn = {
+        int(v)
+        for rounds in narrow.assignment(plan, 2).fwd
+        for bits, mask in zip(rounds, plan.send_mask, strict=True)
+        for v in np.unique(bits[mask])
+    }
+    assert drawn == {2, 4} and narrow.widths == (2, 4)
+    assert narrow != Quantized("random", chunks=2)  # a different strategy, another step
+
+
+@pytest.mark.parametrize("widths", [(), (2, 2), (2, 16), (32,)])
+def test_bad_candidate_widths_raise(widths):
+    from jaxgraph.comm.quantized import Quantized
+
+    with pytest.raises(ValueError, match="candidate bit-widths must be distinct values"):
+        AssignConfig(widths=widths)
+    with pytest.raises(ValueError, match="candidate bit-widths must be distinct values"):
+        Quantized("random", widths=widths)

@@ -92,12 +92,15 @@ def _exchange_program(plan, state):
         (8, 8, 0),
         (4, "random", 0),
         (4, "random", 3),  # every width's bucket holds every slot
+        (4, "random-2-4", 3),  # candidate widths 2 and 4 only: a bucket for each of the two
         pytest.param(8, "random", 0, marks=pytest.mark.slow),
     ],
 )
 def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks):
     plan = _plan(num_parts, "random")
-    strategy = Quantized(bits, seed=1, chunks=chunks)
+    widths = (2, 4) if bits == "random-2-4" else (2, 4, 8)
+    bits = "random" if bits == "random-2-4" else bits
+    strategy = Quantized(bits, seed=1, chunks=chunks, widths=widths)
     state = strategy.init_state(plan, (3,))
     x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
     x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
@@ -109,8 +112,10 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks):
     # to a multiple of k = 8 / b) concatenated in round order and quantized with one key.
     offsets = np.cumsum([0, *plan.round_rows])
     quant = jax.jit(lambda x, w, k: dequantize(*quantize(x, w, k), w, x.shape[0]), static_argnums=1)
-    capacity = (2, 4, 8) if chunks else None
+    capacity = widths if chunks else None
     buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["fwd"][0]
+    if chunks:  # the layout's buckets: exactly the candidate widths
+        assert state["fwd"][0].widths == widths
     for s in range(num_parts):
         sender_key = jax.random.fold_in(jax.random.fold_in(key, s), 0)
         for w in sorted({w for rb in buckets for w in rb}):
