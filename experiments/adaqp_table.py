@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 from jaxgraph.comm.adaptive import (  # noqa: E402
     PROJECTION_PRESETS,
     AssignConfig,
+    first_width,
     projected_comm_time,
 )
 from jaxgraph.comm.assign import SOLVERS  # noqa: E402
@@ -80,8 +81,10 @@ def _assignment_at(cfg: TrainConfig, plan, num_layers: int, epoch: int, metrics:
         return BitAssignment.uniform(plan, num_layers, 32)
     if cfg.method.startswith("quant-"):
         bits = cfg.method.removeprefix("quant-")
+        if bits != "random":
+            return BitAssignment.uniform(plan, num_layers, int(bits))
         q = Quantized(
-            bits if bits == "random" else int(bits), period=assignment_period(cfg), seed=cfg.seed
+            "random", period=assignment_period(cfg), seed=cfg.seed, widths=cfg.assign.widths
         )
         return q.assignment(plan, num_layers, period_index=(epoch - 1) // q.period)
     return None
@@ -104,15 +107,13 @@ def projected_times(cfg, graph, metrics: list[dict]) -> dict[str, float]:
         cache, per_epoch = {}, []
         for m in metrics:
             if cfg.method == "adaqp":
-                # Uniform 8 bits until the first solve; then the logged projection.
+                # The first period's uniform width until the first solve; then the logged
+                # projection.
                 if "projected" in m:
                     cache["adaqp"] = m["projected"][preset]
                 if "adaqp" not in cache:
-                    cache["adaqp"] = sum(
-                        projected_comm_time(
-                            plan, BitAssignment.uniform(plan, len(dims), 8), dims, cost
-                        ).values()
-                    )
+                    first = BitAssignment.uniform(plan, len(dims), first_width(cfg.assign))
+                    cache["adaqp"] = sum(projected_comm_time(plan, first, dims, cost).values())
                 per_epoch.append(cache["adaqp"])
                 continue
             a = _assignment_at(cfg, plan, len(dims), m["epoch"], metrics)

@@ -192,3 +192,38 @@ def test_sancus_table_quick_two_seeds(tmp_path):
     assert all(line.split("|")[5].strip() == "2" and "±" in line for line in rows)
     for suffix in (".png", "_schedule.png"):
         assert (tmp_path / f"sancus{suffix}").exists()
+
+
+def test_adaqp_table_projects_the_widths_the_run_used():
+    """The projected communication time of a run follows its candidate widths: random draws
+    from ``assign.widths`` and an adaqp run's first period at :func:`first_width`."""
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import adaqp_table
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    from jaxgraph.comm.adaptive import AssignConfig, projected_comm_time
+    from jaxgraph.comm.costmodel import CostModel
+    from jaxgraph.comm.quantized import BitAssignment
+    from jaxgraph.partition import build_halo_plan, partition_graph
+    from jaxgraph.train import DataConfig, TrainConfig
+    from jaxgraph.train.loop import load_graph
+
+    data = DataConfig(name="sbm", num_nodes=400, avg_degree=8, num_features=16, seed=0)
+    graph = load_graph(data)
+    cfg = TrainConfig(data=data, parts=4, assign=AssignConfig(widths=(2, 4)), epochs=4)
+    plan = build_halo_plan(graph, partition_graph(graph, 4, seed=0), num_parts=4)
+    random = adaqp_table._assignment_at(cfg.replace(method="quant-random"), plan, 2, 1, [])
+    drawn = {
+        int(v)
+        for rounds in random.fwd
+        for b, m in zip(rounds, plan.send_mask, strict=True)
+        for v in b[m]
+    }
+    assert drawn == {2, 4}
+    metrics = [{"epoch": e} for e in range(1, 5)]  # no solve logged: the first period only
+    got = adaqp_table.projected_times(cfg.replace(method="adaqp"), graph, metrics)
+    dims = (graph.num_features, 64)
+    cost = CostModel.from_preset("10gbe", 4)
+    four = sum(projected_comm_time(plan, BitAssignment.uniform(plan, 2, 4), dims, cost).values())
+    assert got["10gbe"] == pytest.approx(four, rel=1e-12)

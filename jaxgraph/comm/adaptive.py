@@ -180,6 +180,12 @@ def receiver_to_sender(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 # ---------------------------------------------------------------------- the strategy
 
 
+def first_width(config: AssignConfig) -> int:
+    """The uniform width of the first period, before any traces: 8 bits, or the widest
+    candidate if 8 is not one."""
+    return 8 if 8 in config.widths else max(config.widths)
+
+
 class Adaptive(Quantized):
     """Quantized exchange whose bit-widths are re-solved every ``period`` epochs from traced
     message statistics by the mixed-integer program of :mod:`jaxgraph.comm.assign`.
@@ -251,7 +257,7 @@ class Adaptive(Quantized):
 
         if self.config.solver == "milp":
             assign.load_solver()  # at set-up, not in the first assignment's overhead
-        first = 8 if 8 in self.widths else max(self.widths)
+        first = first_width(self.config)
         return self.state_from_assignment(
             plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), first)
         )
@@ -616,6 +622,7 @@ __all__ = [
     "Adaptive",
     "AssignConfig",
     "aggregation_scores",
+    "first_width",
     "projected_comm_time",
     "receiver_to_sender",
 ]
