@@ -658,9 +658,9 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
     # as the only optimality stop (HiGHS's default absolute gap of 1e-6 is not small next to
     # a normalized objective).
     # threads = 1: the parallelism is across programs and rounds (:func:`_solve_all`'s pool);
-    # HiGHS's own workers on top of that oversubscribe the cores (SBM, P = 8, 2 cores: 0.62 s
-    # of wall and 1.08 s of CPU per re-assignment with its default, 0.34 s and 0.57 s with 1,
-    # the same objectives). HiGHS keeps one scheduler per calling thread, sized by the first
+    # HiGHS's own workers on top of that oversubscribe the cores (SBM, P = 8, 2 cores: 0.50-0.54
+    # s per re-assignment with its default, 0.33-0.36 s with one thread, the same objectives;
+    # experiments/bench_assign.py). HiGHS keeps one scheduler per calling thread, sized by the first
     # run on it, and refuses a later run asking for another size: hence the solves always run
     # on the pool's own threads, never on the caller's.
     options = {
