@@ -11,8 +11,8 @@ squared aggregation score), are sorted by ``beta`` descending and cut into group
 ``group_size`` rows, the last one possibly partial; a group's weight is ``g_j = sum beta_v``.
 Every row of a group gets the group's width.
 
-**Program.** Booleans ``x[j, i]`` pick width ``b_i`` in ``{2, 4, 8}`` for group ``j`` (one per
-group), continuous ``Z_r`` bound the time of round ``r``::
+**Program.** Booleans ``x[j, i]`` pick width ``b_i`` in ``{2, 4, 8}`` (or the problem's
+``widths``) for group ``j`` (one per group), continuous ``Z_r`` bound the time of round ``r``::
 
     minimize   lam * (sum V x - V_u) / (V_n - V_u) + (1 - lam) * (sum_r Z_r - T_u) / (T_n - T_u)
     s.t.       sum_i x[j, i] = 1                                       for every group j
