@@ -474,6 +474,8 @@ def _round_units(layout: ExchangeLayout, dim: int, axis_name) -> jax.Array:
 def exchange_bytes(layout: ExchangeLayout, dim: int, axis_name, num_parts: int):
     """Bytes one device sends in one exchange with ``layout``, inside the step: a static
     count for an exact layout, the units the rounds need (data) for a chunked one."""
+    if not layout.counts:  # no ring rounds (P = 1): nothing moves
+        return jnp.float32(0.0)
     if not layout.chunks:
         return jnp.float32(layout_bytes(layout, dim))
     units = _round_units(layout, dim, axis_name)
