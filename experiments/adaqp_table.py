@@ -51,11 +51,11 @@ from jaxgraph.comm.adaptive import (  # noqa: E402
 )
 from jaxgraph.comm.assign import SOLVERS  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
-from jaxgraph.comm.quantized import BitAssignment, Quantized, default_chunks  # noqa: E402
+from jaxgraph.comm.quantized import BitAssignment, default_chunks  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.train import DataConfig, ModelConfig, OptimConfig, TrainConfig, train  # noqa: E402
-from jaxgraph.train.loop import assignment_period, load_graph  # noqa: E402
+from jaxgraph.train.loop import assignment_period, load_graph, make_strategy  # noqa: E402
 
 from results_io import read_csv, write_csv  # noqa: E402
 
@@ -79,12 +79,9 @@ def _assignment_at(cfg: TrainConfig, plan, num_layers: int, epoch: int, metrics:
     """The bit assignment the run used at ``epoch`` (None for Vanilla)."""
     if cfg.method == "vanilla":
         return BitAssignment.uniform(plan, num_layers, 32)
-    if cfg.method.startswith("quant-"):
-        bits = cfg.method.removeprefix("quant-")
-        if bits != "random":
-            return BitAssignment.uniform(plan, num_layers, int(bits))
-        q = Quantized(
-            "random", period=assignment_period(cfg), seed=cfg.seed, widths=cfg.assign.widths
+    if cfg.method.startswith("quant-"):  # the run's own strategy, as training builds it
+        q = make_strategy(
+            cfg.method, period=assignment_period(cfg), seed=cfg.seed, assign=cfg.assign
         )
         return q.assignment(plan, num_layers, period_index=(epoch - 1) // q.period)
     return None
