@@ -950,7 +950,7 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers, solver
             )
         return {key: out[key] for key in problems}
     # Always on the pool's threads, one worker included (see _milp: HiGHS's per-thread scheduler).
-    workers = max(1, min(max_workers or os.cpu_count() or 1, len(tasks)))
+    workers = min(max_workers or os.cpu_count() or 1, len(tasks))  # tasks: at least one
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(_solve_round, *args) for *_, args in tasks]
         results = [f.result() for f in futures]
