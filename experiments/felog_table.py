@@ -92,7 +92,11 @@ def variants(args):
 
 def sync_options(args) -> dict:
     """HaSyn's (and RandomSync's) settings from the command line."""
-    return {"counts": args.hasyn_counts, "full_every": args.full_every or None}
+    return {
+        "counts": args.hasyn_counts,
+        "full_every": args.full_every or None,
+        "num_rows": args.sync_rows or None,
+    }
 
 
 def _row(name, res, dim):
@@ -304,9 +308,17 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="timed gensim trainings (median)")
     ap.add_argument(
         "--hasyn-counts",
-        choices=("total", "round"),
+        choices=("total", "round", "pending"),
         default="total",
-        help="HaSyn's hotness: update counts of the whole run or of the current round",
+        help="HaSyn's hotness: update counts of the whole run, of the current round, or since "
+        "each row's last merge",
+    )
+    ap.add_argument(
+        "--sync-rows",
+        type=int,
+        default=0,
+        help="HaSyn: the M hottest rows per sync (0: one per block of equal count); RandomSync: "
+        "as many",
     )
     ap.add_argument(
         "--full-every",

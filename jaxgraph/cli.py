@@ -176,6 +176,19 @@ def _build_parser() -> argparse.ArgumentParser:
         default=32,
         help="hotspot/random: every this many periodic syncs merges all rows",
     )
+    ep.add_argument(
+        "--hotness",
+        default="total",
+        help="hotspot: update counts of the whole run (total), of the round (round) or since "
+        "each row's last merge (pending)",
+    )
+    ep.add_argument(
+        "--sync-rows",
+        type=int,
+        default=None,
+        help="hotspot: merge this many hottest rows per sync (default: one per equal-count "
+        "block); random: this many rows (default: as many as hotspot)",
+    )
     ep.add_argument("--parts", type=int, default=1)
     ep.add_argument("--seed", type=int, default=0)
     ep.add_argument("--task", default="auto", help="auto, lp, nc or none")

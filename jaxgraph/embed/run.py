@@ -350,16 +350,19 @@ def load_embedding_graph(name: str, *, num_nodes: int = 2000, seed: int = 0) -> 
     return load_dataset(name, seed=seed)
 
 
-def _table_sync(name: str, merge: str, full_every: int):
+def _table_sync(
+    name: str, merge: str, full_every: int, hotness: str = "total", num_rows: int | None = None
+):
     """The periodic sync named on the command line (None: every row, the trainer's default)."""
     from jaxgraph.embed.sync import HotspotSync, RandomSync
 
     if name == "all":
         return None
+    options = {"merge": merge, "full_every": full_every, "counts": hotness, "num_rows": num_rows}
     if name == "hotspot":
-        return HotspotSync(merge=merge, full_every=full_every)
+        return HotspotSync(**options)
     if name == "random":
-        return RandomSync(merge=merge, full_every=full_every)
+        return RandomSync(**options)
     raise ValueError(f"unknown sync {name!r}; expected all, hotspot or random")
 
 
@@ -410,7 +413,7 @@ def run_cli(args) -> dict[str, Any]:
         ),
         rounds=args.rounds,
         seed=args.seed,
-        sync=_table_sync(args.sync, args.merge, args.full_every),
+        sync=_table_sync(args.sync, args.merge, args.full_every, args.hotness, args.sync_rows),
     )
     task = args.task
     if task not in ("auto", "lp", "nc", "none"):

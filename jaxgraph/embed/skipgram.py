@@ -290,8 +290,9 @@ class TableSync(Protocol):
     (of both tables together) that one call all-reduces, for communication accounting.
 
     A *planned* sync (:mod:`jaxgraph.embed.sync`) also has ``plan(update_counts,
-    round_update_counts, sync_index, seed) -> SyncPlan``, called on the host before each
-    periodic sync with the trainer's counts (of the run and of the round); it is then called as
+    round_update_counts, sync_index, seed, pending_counts=...) -> SyncPlan``, called on the host
+    before each periodic sync with the trainer's counts (of the run, of the round, and since
+    each row's last merge); it is then called as
     ``__call__(tables, anchor, index, *, axis_name)`` with the plan's replicated row index
     (:func:`indexed_sync_program`), or replaced by a full merge when the plan's index is None.
     """
@@ -646,6 +647,8 @@ class SkipGramTrainer:
         # hotness that selective syncs read (jaxgraph.embed.sync).
         self.update_counts = np.zeros(num_nodes, np.int64)
         self.round_update_counts = np.zeros(num_nodes, np.int64)  # the same, this round only
+        # round_update_counts at each row's last merge: the difference is the pending count.
+        self._merged_round_counts = np.zeros(num_nodes, np.int64)
         self.periodic_syncs = 0  # keys the row draws of planned syncs
         self._planned = hasattr(self.sync, "plan")
         self._train = train_program(mesh, self.axis_name, config.negatives)
@@ -744,6 +747,7 @@ class SkipGramTrainer:
             round_counts = corpus_counts(walks, n)
         self.counts += round_counts
         self.round_update_counts[:] = 0
+        self._merged_round_counts[:] = 0  # the previous round ended with a full merge
         counts = self.counts if cfg.counts == "corpus" else self.degrees
         lr = cfg.round_lr(round_index)
         stats = RoundStats(walks.num_walks, walks.num_tokens, 0, 0, 0, 0, lr, 0.0, 0.0, 0.0)
@@ -803,6 +807,7 @@ class SkipGramTrainer:
         self._flush_updates()
         # Round end: a full merge, so the feedback and the output read one table.
         self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
+        self._merged_round_counts[:] = self.round_update_counts
         self._since_sync = 0
         stats.input_bytes = self._input_bytes - sent0
         stats.syncs += 1
@@ -821,13 +826,27 @@ class SkipGramTrainer:
             self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor)
             return self.sync.rows(self.num_nodes)
         self._flush_updates()
-        plan = self.sync.plan(self.update_counts, self.round_update_counts, sync_index, self.seed)
+        plan = self.sync.plan(
+            self.update_counts,
+            self.round_update_counts,
+            sync_index,
+            self.seed,
+            pending_counts=self.pending_counts,
+        )
         if plan.index is None:
             self.tables, self.anchor = self._full_sync(self.tables, self.anchor)
+            self._merged_round_counts[:] = self.round_update_counts
         else:
             index = place(plan.index, self._rep)
             self.tables, self.anchor = self._periodic_sync(self.tables, self.anchor, index)
+            self._merged_round_counts[plan.index] = self.round_update_counts[plan.index]
         return plan.rows
+
+    @property
+    def pending_counts(self) -> np.ndarray:
+        """``int64[N]`` row updates since each row was last merged (host counts; device-built
+        pairs' counts are added at each planned sync and at the end of a round)."""
+        return self.round_update_counts - self._merged_round_counts
 
     def _block_pairs(self, walks, ids, keep, pair_key):
         """Pairs of the walks ``ids``, split over the devices: ``(ins, outs, counts)`` with

@@ -11,14 +11,22 @@ every row; the syncs here merge a few rows chosen on the host before each sync:
   positive output row of ``syn1``; negatives are drawn on the device and not counted), over the
   whole run (``counts="total"``, the seed's frequencies "observed in the training data") or the
   current round only (``counts="round"``: hotness since the last full merge, fewer distinct
-  values, so fewer rows). The public FeLoG code used the degree instead. Nodes are sorted by
-  count (descending; ties by id) and cut into blocks ``B_f = {v : f(v) = f}`` of equal count,
-  and one node is drawn uniformly from every block, **the last block included** (DistGER skips
-  it): ``|F|`` rows, one per distinct count. A node of block ``B_f`` is synced with probability
-  ``1 / |B_f|``: the hot nodes, whose counts are nearly unique, are synced almost every time;
-  the cold ones, which share counts, rarely.
+  values, so fewer rows), or the updates since the row was last merged (``counts="pending"``:
+  how far its replicas can have drifted apart; a merged row starts again from 0). The public
+  FeLoG code used the degree instead. Nodes are sorted by count (descending; ties by id) and
+  cut into blocks ``B_f = {v : f(v) = f}`` of equal count, and one node is drawn uniformly from
+  every block, **the last block included** (DistGER skips it): ``|F|`` rows, one per distinct
+  count. A node of block ``B_f`` is synced with probability ``1 / |B_f|``: the hot nodes, whose
+  counts are nearly unique, are synced almost every time; the cold ones, which share counts,
+  rarely. With ``num_rows = M`` the sync merges the ``M`` hottest nodes instead (ties drawn
+  uniformly), a fixed budget per sync (:func:`select_hottest`).
 * :class:`RandomSync`: the same number of rows (or a fixed number), drawn uniformly without
   replacement from all nodes; the seed's baseline "under the same synchronization size".
+
+The trainer keeps the pending counts: the current round's update counts minus, per row, their
+value when the row was last merged (a full merge, the round-end merge included, resets every
+row). Every row is merged at the end of a round, so checkpoints taken between rounds need no
+extra state.
 
 Both sync **both tables** (the public code synced ``syn0`` only) and, every ``full_every``-th
 periodic sync, all rows (a full merge), so that no row's replicas stay apart for more than
@@ -43,7 +51,7 @@ to bytes. A selection of all ``N`` rows, or one whose padded size reaches ``N``,
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import jax
 import numpy as np
@@ -52,6 +60,8 @@ from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.skipgram import Merge, Tables
 
 _PURPOSE_SYNC = 5  # host-stream purpose (jaxgraph.embed._hostrng uses 1..4)
+
+Hotness = Literal["total", "round", "pending"]
 
 
 class SyncPlan(NamedTuple):
@@ -102,6 +112,17 @@ def select_hotspots(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return order[pick].astype(np.int32)
 
 
+def select_hottest(counts: np.ndarray, num_rows: int, rng: np.random.Generator) -> np.ndarray:
+    """The ``num_rows`` nodes of largest count; among equal counts at the cut, a uniform draw.
+
+    Returns:
+      ``int32[min(num_rows, N)]``, sorted ids.
+    """
+    counts = np.asarray(counts)
+    order = np.lexsort((rng.random(counts.size), -counts))
+    return np.sort(order[:num_rows]).astype(np.int32)
+
+
 def _rng(seed: int, sync_index: int) -> np.random.Generator:
     return np.random.default_rng([seed, _PURPOSE_SYNC, sync_index])
 
@@ -146,15 +167,20 @@ def merge_selected_rows(
 class _SelectiveSync:
     merge: Merge = "mean"
     full_every: int | None = 32
-    counts: Literal["total", "round"] = "total"
+    counts: Hotness = "total"
+    num_rows: int | None = None
 
     def __post_init__(self):
         if self.merge not in ("mean", "sum"):
             raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
-        if self.counts not in ("total", "round"):
-            raise ValueError(f"counts must be 'total' or 'round', got {self.counts!r}")
+        if self.counts not in get_args(Hotness):
+            raise ValueError(
+                f"counts must be one of {', '.join(get_args(Hotness))}, got {self.counts!r}"
+            )
         if self.full_every is not None and self.full_every < 1:
             raise ValueError(f"full_every must be >= 1 or None, got {self.full_every}")
+        if self.num_rows is not None and self.num_rows < 1:
+            raise ValueError(f"num_rows must be >= 1 or None, got {self.num_rows}")
 
     @property
     def needs_anchor(self) -> bool:
@@ -173,6 +199,7 @@ class _SelectiveSync:
         round_update_counts: np.ndarray,
         sync_index: int,
         seed: int,
+        pending_counts: np.ndarray | None = None,
     ) -> SyncPlan:
         """The rows of periodic sync number ``sync_index`` (host side; deterministic in its
         arguments).
@@ -183,8 +210,21 @@ class _SelectiveSync:
           round_update_counts: ``int64[N]`` the same in the current round.
           sync_index: periodic syncs before this one (0-based, over the whole run).
           seed: the trainer's seed; with ``sync_index`` it keys the draw.
+          pending_counts: ``int64[N]`` updates since each row's last merge; needed for
+            ``counts="pending"``.
+
+        Raises:
+          ValueError: ``counts="pending"`` without ``pending_counts``.
         """
-        counts = np.asarray(update_counts if self.counts == "total" else round_update_counts)
+        if self.counts == "pending" and pending_counts is None:
+            raise ValueError(
+                "counts='pending' needs pending_counts (updates since each row's last merge)"
+            )
+        counts = np.asarray(
+            {"total": update_counts, "round": round_update_counts, "pending": pending_counts}[
+                self.counts
+            ]
+        )
         n = int(counts.shape[0])
         if self.is_full(sync_index):
             return SyncPlan(None, n, 2 * n)
@@ -207,12 +247,16 @@ class HotspotSync(_SelectiveSync):
         :func:`jaxgraph.embed.skipgram.merge_rows`).
       full_every: every ``full_every``-th periodic sync merges all rows, so no row stays
         unmerged for more than ``full_every`` sync periods; None: only the round-end merge.
-      counts: hotness from the update counts of the whole run (``"total"``) or of the current
-        round (``"round"``).
+      counts: hotness from the update counts of the whole run (``"total"``), of the current
+        round (``"round"``) or since each row's last merge (``"pending"``).
+      num_rows: None: one node per equal-count block (the seed's rule); ``M``: the ``M``
+        hottest nodes.
     """
 
     def select(self, update_counts, rng):
-        return select_hotspots(update_counts, rng)
+        if self.num_rows is None:
+            return select_hotspots(update_counts, rng)
+        return select_hottest(update_counts, self.num_rows, rng)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,13 +268,6 @@ class RandomSync(_SelectiveSync):
       num_rows: nodes per sync; None: as many as :class:`HotspotSync` would pick from the same
         counts (the number of distinct update counts).
     """
-
-    num_rows: int | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.num_rows is not None and self.num_rows < 1:
-            raise ValueError(f"num_rows must be >= 1 or None, got {self.num_rows}")
 
     def select(self, update_counts, rng):
         n = update_counts.shape[0]

@@ -52,6 +52,14 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
         "--shuffles",
         "1",
         "--retrieval",
+        "--sync",
+        "hotspot",
+        "--hotness",
+        "pending",
+        "--sync-rows",
+        "16",
+        "--full-every",
+        "1000",
         "--out",
         str(out),
         *SMALL,
@@ -66,6 +74,9 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
     assert emb.shape == (300, 8) and emb.dtype == np.float32
     rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == list(range(summary["rounds"]))
+    # 16 hottest rows per periodic sync (both tables), every row at the round-end merge.
+    for r in rounds:
+        assert r["sync_rows"] == 2 * 16 * (r["syncs"] - 1) + 2 * 300
     saved = json.loads((out / "eval.json").read_text())
     assert saved["config"]["method"] == "felog" and saved["tokens"] == summary["tokens"]
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary file
@@ -78,6 +89,8 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
         (["--dim", "0"], "dim must be positive"),
         (["--task", "nc", "--dataset", "ca-astroph"], "needs node labels"),
         (["--dataset", "nope"], "unknown dataset 'nope'"),
+        (["--sync", "hotspot", "--hotness", "degree"], "counts must be one of total, round"),
+        (["--sync", "random", "--sync-rows", "0"], "num_rows must be >= 1"),
     ],
 )
 def test_cli_errors_exit_2_with_message(extra, message, capsys):

@@ -22,6 +22,7 @@ from jaxgraph.embed.sync import (
     SyncPlan,
     hotspot_blocks,
     select_hotspots,
+    select_hottest,
     sync_bytes,
 )
 from jaxgraph.embed.walks import WalkConfig, random_walks
@@ -88,6 +89,70 @@ def test_plans_are_keyed_padded_and_accounted():
     assert by_round.selected == 3 and np.unique(round_counts[by_round.index]).size == 3
     # Every node distinct: the selection would be every row, so the plan is a full merge.
     assert sync.plan(np.arange(50), np.arange(50), 0, 0) == SyncPlan(None, 50, 100)
+
+
+def test_hottest_rows_take_every_larger_count_and_draw_ties_uniformly():
+    counts = np.array([9, 1, 7, 4, 4, 4, 0, 4, 8])  # cut at 4 rows: 9, 8, 7 and one of four 4s
+    rng = np.random.default_rng(0)
+    draws = np.array([select_hottest(counts, 4, rng) for _ in range(4000)])
+    assert (np.diff(draws, axis=1) > 0).all()  # sorted, distinct
+    assert np.isin([0, 2, 8], draws).all() and np.isin(draws, [0, 2, 8, 3, 4, 5, 7]).all()
+    tied = draws[~np.isin(draws, [0, 2, 8])]
+    assert tied.size == 4000
+    freq = np.unique(tied, return_counts=True)[1] / tied.size
+    np.testing.assert_allclose(freq, 0.25, atol=0.03)  # 4000 draws: 3 std of a share is 0.021
+    np.testing.assert_array_equal(select_hottest(counts, 20, rng), np.arange(9))
+
+
+def test_pending_hotness_selects_from_the_pending_counts():
+    rng = np.random.default_rng(4)
+    total, by_round = rng.integers(0, 50, 200), rng.integers(0, 50, 200)
+    pending = rng.permutation(200)  # distinct: the top rows are unambiguous
+    sync = HotspotSync(counts="pending", num_rows=10, full_every=None)
+    plan = sync.plan(total, by_round, 0, 1, pending_counts=pending)
+    np.testing.assert_array_equal(plan.index[: plan.selected], np.sort(np.argsort(pending)[-10:]))
+    with pytest.raises(ValueError, match="pending_counts"):
+        sync.plan(total, by_round, 0, 1)
+    blocks = HotspotSync(counts="pending", full_every=None).plan(
+        total, by_round, 0, 1, pending_counts=pending % 7
+    )
+    assert blocks.selected == 7  # one per distinct pending count
+    rand = RandomSync(counts="pending", full_every=None).plan(
+        total, by_round, 0, 1, pending_counts=pending % 7
+    )
+    assert rand.selected == 7
+
+
+def test_trainer_pending_counts_are_updates_since_each_rows_last_merge():
+    g, walks, cfg = _walks_and_config()
+    mesh = make_mesh(4, AXIS)
+    sync = HotspotSync(counts="pending", num_rows=20, full_every=5)
+    tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3, sync=sync)
+    plans = []
+    tr.sync = rec = _Recording(tr.sync, plans)
+    for r in range(2):
+        rec.calls.clear()
+        plans.clear()
+        st = tr.train_round(walks, r)
+        assert len(plans) == st.syncs - 1 > 5
+        merged_at = np.zeros(N, np.int64)  # round counts at each row's last merge
+        for (args, kwargs), plan in zip(rec.calls, plans, strict=True):
+            round_counts = args[1]
+            np.testing.assert_array_equal(kwargs["pending_counts"], round_counts - merged_at)
+            pend = kwargs["pending_counts"]
+            if plan.index is None:
+                merged_at[:] = round_counts
+                continue
+            chosen = plan.index[: plan.selected]
+            assert plan.selected == 20
+            assert pend[chosen].min() >= np.delete(pend, chosen).max()  # the 20 hottest
+            merged_at[chosen] = round_counts[chosen]
+        first = tr.periodic_syncs - len(plans)  # the sync index keys the whole run
+        assert [p.index is None for p in plans] == [
+            sync.is_full(first + i) for i in range(len(plans))
+        ]
+        assert any(p.index is None for p in plans)
+        np.testing.assert_array_equal(tr.pending_counts, 0)  # the round-end merge
 
 
 def test_full_every_bounds_staleness():
@@ -204,6 +269,8 @@ def test_errors():
     with pytest.raises(ValueError, match="full_every"):
         HotspotSync(full_every=0)
     with pytest.raises(ValueError, match="num_rows"):
+        HotspotSync(num_rows=0)
+    with pytest.raises(ValueError, match="num_rows"):
         RandomSync(num_rows=0)
     with pytest.raises(ValueError, match="counts must be"):
         HotspotSync(counts="degree")
@@ -214,10 +281,13 @@ class _Recording:
 
     def __init__(self, sync, plans):
         self._sync, self._plans = sync, plans
+        self.calls = []  # copies of the arguments of every plan
         self.merge, self.needs_anchor = sync.merge, sync.needs_anchor
 
-    def plan(self, *args):
-        plan = self._sync.plan(*args)
+    def plan(self, *args, **kwargs):
+        copy = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
+        self.calls.append((copy, {k: np.array(v) for k, v in kwargs.items()}))
+        plan = self._sync.plan(*args, **kwargs)
         self._plans.append(plan)
         return plan
 
