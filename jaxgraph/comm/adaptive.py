@@ -444,13 +444,12 @@ class Adaptive(Quantized):
         """Widths per key and the modelled communication seconds per step of
         ``assignment``: under the cost model in use and under fixed presets (comparable
         across runs and methods)."""
+        channel_bytes = _channel_bytes(plan, assignment, layer_dims)  # once for every model
         cost = self.cost_model(plan)
-        projected = {"model": sum(projected_comm_time(plan, assignment, layer_dims, cost).values())}
+        projected = {"model": sum(_comm_time(channel_bytes, cost).values())}
         for preset in PROJECTION_PRESETS:
             preset_cost = AssignConfig(interconnect=preset).cost_model(plan.num_parts)
-            projected[preset] = sum(
-                projected_comm_time(plan, assignment, layer_dims, preset_cost).values()
-            )
+            projected[preset] = sum(_comm_time(channel_bytes, preset_cost).values())
         return {
             "widths": _used_widths(assignment, plan),
             "cost_model": cost.source,
@@ -511,6 +510,14 @@ def projected_comm_time(
     channels that carry rows (real rows only: codes and fp32 parameters, or fp32 rows at
     32 bits), summed over rounds: the program's time model, applied to any assignment
     (Vanilla is the uniform 32-bit one)."""
+    return _comm_time(_channel_bytes(plan, assignment, layer_dims), cost)
+
+
+def _channel_bytes(
+    plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int]
+) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Per exchange key, per ring round: ``(senders, receivers, bytes)`` of the channels that
+    carry rows (the cost-model-free part of :func:`projected_comm_time`)."""
     from jaxgraph.comm.quantized import wire_bytes
 
     p = plan.num_parts
@@ -519,21 +526,41 @@ def projected_comm_time(
         for layer, rounds in enumerate(direction):
             if name == "bwd" and layer == 0:
                 continue
-            total = 0.0
+            dim = int(layer_dims[layer])
+            per_round = []
             for r, (bits, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1):
-                slowest = 0.0
+                src, dst, nbytes = [], [], []
                 for d in range(p):
                     w = np.asarray(bits[d])[mask[d]]
                     if not w.size:
                         continue
-                    nbytes = sum(
-                        wire_bytes(int(np.sum(w == b)), int(layer_dims[layer]), int(b))
-                        for b in np.unique(w)
+                    widths, counts = np.unique(w, return_counts=True)
+                    nbytes.append(
+                        sum(
+                            wire_bytes(int(c), dim, int(b))
+                            for b, c in zip(widths, counts, strict=True)
+                        )
                     )
                     s, t = (d, (d + r) % p) if name == "fwd" else ((d + r) % p, d)
-                    slowest = max(slowest, cost.theta[s, t] * nbytes / 2**20 + cost.gamma[s, t])
-                total += slowest
-            out[f"{name}{layer}"] = total
+                    src.append(s)
+                    dst.append(t)
+                per_round.append(
+                    (np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(nbytes))
+                )
+            out[f"{name}{layer}"] = per_round
+    return out
+
+
+def _comm_time(channel_bytes, cost) -> dict[str, float]:
+    """:func:`projected_comm_time` from :func:`_channel_bytes`."""
+    out = {}
+    for key, per_round in channel_bytes.items():
+        total = 0.0
+        for src, dst, nbytes in per_round:
+            if src.size:
+                times = cost.theta[src, dst] * nbytes / 2**20 + cost.gamma[src, dst]
+                total += max(0.0, float(np.max(times)))
+        out[key] = total
     return out
 
 

@@ -87,6 +87,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
 import os
@@ -512,11 +513,19 @@ def _check_solver() -> None:
         import cvxpy as cp
     except ImportError as e:  # pragma: no cover - cvxpy is a dependency
         raise _NoSolution(f"cvxpy is not importable ({e})") from e
-    installed = cp.installed_solvers()
+    installed = _installed_solvers(cp.installed_solvers)
     if SOLVER not in installed:
         raise _NoSolution(
             f"MIP solver {SOLVER} is not installed (cvxpy installed solvers: {installed})"
         )
+
+
+@functools.lru_cache(maxsize=4)
+def _installed_solvers(query) -> tuple[str, ...]:
+    """``query()`` (cvxpy's ``installed_solvers``), once per process: it probes every solver
+    interface (about 10 ms a call, on every re-assignment otherwise). Keyed by the function, so
+    a replaced query (a test's missing solver) is asked anew."""
+    return tuple(query())
 
 
 class _Program:
