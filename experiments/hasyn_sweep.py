@@ -30,11 +30,10 @@ from pathlib import Path
 import numpy as np
 from embed_table import VARIANTS, _configs, add_run_arguments, emulate_devices_for
 
-from jaxgraph.data import load_dataset
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.compress import FabcConfig
 from jaxgraph.embed.pipeline import PipelineConfig
-from jaxgraph.embed.run import atomic_write_bytes, embed, save_json
+from jaxgraph.embed.run import atomic_write_bytes, embed, load_embedding_graph, save_json
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
 
@@ -124,7 +123,14 @@ def markdown(args, runs, summary, seeds, metric) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(ap)
-    ap.add_argument("--dataset", default="ca-astroph")
+    ap.add_argument("--dataset", default="ca-astroph", help="a bundled dataset, or sbm")
+    ap.add_argument("--nodes", type=int, default=2000, help="nodes of --dataset sbm")
+    ap.add_argument(
+        "--task",
+        choices=("auto", "lp", "nc"),
+        default="auto",
+        help="lp: link-prediction AUC; nc: node classification F1; auto: nc on labelled graphs",
+    )
     ap.add_argument("--parts", type=int, default=2, help="data-parallel replicas")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--feedback", default="felog", choices=sorted(VARIANTS))
@@ -152,13 +158,16 @@ def main():
         raise SystemExit(f"rounds must be >= 1, got {args.rounds} / {args.lp_rounds}")
     emulate_devices_for(args.parts)
     mesh = make_mesh(args.parts)
-    g = load_dataset(args.dataset)
+    g = load_embedding_graph(args.dataset, num_nodes=args.nodes)
     settings = list(itertools.product(args.counts, args.full_every, args.rows))
     runs = {}
-    labelled = ev.label_matrix(g.labels).any() if g.labels is not None else False
-    metric = "Micro-F1 (50 %)" if labelled else "AUC (dot)"
+    classify = g.labels is not None and bool(ev.label_matrix(g.labels).any())
+    if args.task == "nc" and not classify:
+        raise SystemExit(f"--task nc needs node labels; {args.dataset} has none")
+    classify = classify and args.task != "lp"
+    metric = "Micro-F1 (50 %)" if classify else "AUC (dot)"
     for seed in args.seeds:
-        if labelled:
+        if classify:
             train = g
 
             def score(syn0, seed=seed):
@@ -173,7 +182,7 @@ def main():
             def score(syn0, split=split):
                 return float(ev.link_prediction_auc(split, syn0, "dot"))
 
-        cfg = felog_config(args, seed, args.rounds if labelled else args.lp_rounds)
+        cfg = felog_config(args, seed, args.rounds if classify else args.lp_rounds)
         if seed == args.seeds[0]:  # compile outside the recorded runs
             embed(train, cfg, mesh)
         runs[(seed, "AllSync", None, None, None)] = run_one(train, score, cfg, mesh, args.dim)

@@ -140,6 +140,27 @@ def test_felog_table_quick(tmp_path):
     assert (tmp_path / "felog_utilization_quick.png").exists()
 
 
+def test_hasyn_sweep_pairs_each_sync_with_allsync(tmp_path):
+    _run(
+        "hasyn_sweep.py",
+        # 2000 nodes, walks of 40: about 6 syncs of 64 steps in the round.
+        *("--dataset", "sbm", "--nodes", "2000", "--task", "lp", "--lp-rounds", "1"),
+        *("--dim", "8", "--seeds", "0", "1"),
+        *("--counts", "pending", "--rows", "0", "16", "--full-every", "0"),
+        *("--out", str(tmp_path), "--stem", "sweep"),
+    )
+    results = json.loads((tmp_path / "sweep.json").read_text())
+    assert results["metric"] == "AUC (dot)"
+    rows = {(r["rows"], r["method"]): r for r in results["summary"]}
+    assert sorted(rows) == [(0, "HaSyn"), (0, "RandomSync"), (16, "HaSyn"), (16, "RandomSync")]
+    # A fixed budget: both methods merge as many rows, fewer than AllSync.
+    assert rows[(16, "HaSyn")]["bytes_share"] == rows[(16, "RandomSync")]["bytes_share"] < 1
+    assert all(r["seeds"] == 2 and abs(r["diff_mean"]) < 50 for r in rows.values())
+    runs = {tuple(r["key"]): r for r in results["runs"]}
+    assert len(runs) == 2 * (1 + 4)  # per seed: AllSync and the four syncs
+    assert "| pending | round end only | 16 | HaSyn |" in (tmp_path / "sweep.md").read_text()
+
+
 def test_adaqp_table_merges_earlier_runs(tmp_path):
     """``--from-csv`` builds one table from partial grids: a run present in two files counts
     once (the later file wins), and every row reports how many seeds it averages."""
