@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from embed_table import VARIANTS, _configs, add_run_arguments, emulate_devices_for
 
+from jaxgraph.data import rmat
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.compress import FabcConfig
 from jaxgraph.embed.pipeline import PipelineConfig
@@ -123,8 +124,9 @@ def markdown(args, runs, summary, seeds, metric) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(ap)
-    ap.add_argument("--dataset", default="ca-astroph", help="a bundled dataset, or sbm")
+    ap.add_argument("--dataset", default="ca-astroph", help="a bundled dataset, sbm or rmat")
     ap.add_argument("--nodes", type=int, default=2000, help="nodes of --dataset sbm")
+    ap.add_argument("--rmat-scale", type=int, default=20, help="--dataset rmat: 2^scale nodes")
     ap.add_argument(
         "--task",
         choices=("auto", "lp", "nc"),
@@ -158,7 +160,10 @@ def main():
         raise SystemExit(f"rounds must be >= 1, got {args.rounds} / {args.lp_rounds}")
     emulate_devices_for(args.parts)
     mesh = make_mesh(args.parts)
-    g = load_embedding_graph(args.dataset, num_nodes=args.nodes)
+    if args.dataset == "rmat":
+        g = rmat(scale=args.rmat_scale, seed=0, name=f"rmat_2^{args.rmat_scale}")
+    else:
+        g = load_embedding_graph(args.dataset, num_nodes=args.nodes)
     settings = list(itertools.product(args.counts, args.full_every, args.rows))
     runs = {}
     classify = g.labels is not None and bool(ev.label_matrix(g.labels).any())
