@@ -68,17 +68,25 @@ from jaxgraph.mesh import make_mesh
 RIPP = PipelineConfig("deterministic", lag=1)
 
 
-def variants(args):
-    """``{row name: EmbedConfig}``."""
-    base = _configs(argparse.Namespace(**{**vars(args), "variants": []}))["deepwalk"]
-    felog = base.replace(
+def felog_config(args, base=None):
+    """FeLoG's configuration (device pairs, FaBC, the deterministic one-round pipeline, the
+    ``--feedback`` rule) with AllSync, on top of ``base`` (default: the DeepWalk row's)."""
+    if base is None:
+        base = _configs(argparse.Namespace(**{**vars(args), "variants": []}))["deepwalk"]
+    return base.replace(
         method="felog",
         feedback=VARIANTS[args.feedback],
         sgns=dataclasses.replace(base.sgns, pairs="device"),
         compress=FabcConfig(),
-        sync=HotspotSync(**sync_options(args)),
+        sync=None,
         pipeline=RIPP,
     )
+
+
+def variants(args):
+    """``{row name: EmbedConfig}``."""
+    base = _configs(argparse.Namespace(**{**vars(args), "variants": []}))["deepwalk"]
+    felog = felog_config(args, base).replace(sync=HotspotSync(**sync_options(args)))
     return {
         "deepwalk": base,
         "felog": felog,

@@ -1,17 +1,16 @@
 """HaSyn's bytes-versus-quality trade-off, paired by seed.
 
-Quality is the dot-product link-prediction AUC on a graph without labels (ca-AstroPh: embeddings
-trained on the training half of the edges) and node classification Micro-F1 at a 50 % training
-ratio on a labelled graph (BlogCatalog). For every seed (which fixes the edge split, the walks
-and the trainer's draws) one AllSync run
-(every row merged at every sync) and, for every setting of ``--counts`` x ``--full-every`` x
-``--rows``, one HaSyn run and one RandomSync run (as many rows, drawn uniformly). ``--rows 0``
-is the seed's rule (one row per block of equal count); ``--rows M`` merges the ``M`` hottest rows
-per sync. Every run is FeLoG's
-configuration of ``felog_table.py`` (device pairs, FaBC, the deterministic one-round pipeline);
-only the table sync differs. Reported per setting: sync bytes as a share of AllSync's, and the
-quality difference to AllSync's run of the same seed in points (mean, standard deviation, and
-the seeds within one point).
+Quality is the dot-product link-prediction AUC on a graph without labels (ca-AstroPh, R-MAT:
+embeddings trained on the training half of the edges) or node classification Micro-F1 at a 50 %
+training ratio on a labelled graph (BlogCatalog). For every seed, which fixes the edge split, the
+walks and the trainer's draws, the script runs AllSync (every row merged at every sync) and, for
+every setting of ``--counts`` x ``--full-every`` x ``--rows``, HaSyn and RandomSync (as many
+rows, drawn uniformly). ``--rows 0`` is the seed's rule (one row per block of equal count);
+``--rows M`` merges the ``M`` hottest rows per sync. Every run is FeLoG's configuration of
+``felog_table.py`` (device pairs, FaBC, the deterministic one-round pipeline); only the table
+sync differs. Reported per setting: sync bytes as a share of AllSync's, and the quality
+difference to AllSync's run of the same seed in points (mean, standard deviation, and the seeds
+within one point).
 
     PYTHONPATH=experiments python experiments/hasyn_sweep.py --seeds 0 1 2 \
         --counts round pending --full-every 0 --rows 0 1280 --out experiments/results
@@ -22,36 +21,24 @@ Writes ``<stem>.json`` (every run) and ``<stem>.md`` (the summary table).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import time
 from pathlib import Path
 
 import numpy as np
-from embed_table import VARIANTS, _configs, add_run_arguments, emulate_devices_for
+from embed_table import VARIANTS, add_run_arguments, emulate_devices_for
+from felog_table import felog_config
 
 from jaxgraph.data import rmat
 from jaxgraph.embed import evaluate as ev
-from jaxgraph.embed.compress import FabcConfig
-from jaxgraph.embed.pipeline import PipelineConfig
 from jaxgraph.embed.run import atomic_write_bytes, embed, load_embedding_graph, save_json
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
 
 
-def felog_config(args, seed, rounds):
-    """FeLoG's configuration of ``felog_table.py`` with AllSync, for ``seed``."""
-    base = _configs(argparse.Namespace(**{**vars(args), "seed": seed, "variants": []}))
-    base = base[args.walker]
-    return base.replace(
-        method="felog",
-        rounds=rounds,
-        feedback=VARIANTS[args.feedback],
-        sgns=dataclasses.replace(base.sgns, pairs="device"),
-        compress=FabcConfig(),
-        sync=None,
-        pipeline=PipelineConfig("deterministic", lag=1),
-    )
+def sweep_config(args, seed, rounds):
+    """``felog_table.py``'s FeLoG configuration with AllSync, for ``seed`` and ``rounds``."""
+    return felog_config(argparse.Namespace(**{**vars(args), "seed": seed})).replace(rounds=rounds)
 
 
 def run_one(train, score, cfg, mesh, dim):
@@ -187,7 +174,7 @@ def main():
             def score(syn0, split=split):
                 return float(ev.link_prediction_auc(split, syn0, "dot"))
 
-        cfg = felog_config(args, seed, args.rounds if classify else args.lp_rounds)
+        cfg = sweep_config(args, seed, args.rounds if classify else args.lp_rounds)
         if seed == args.seeds[0]:  # compile outside the recorded runs
             embed(train, cfg, mesh)
         runs[(seed, "AllSync", None, None, None)] = run_one(train, score, cfg, mesh, args.dim)
