@@ -57,6 +57,7 @@ from embed_table import (  # shared settings
     time_to_quality,
 )
 
+from jaxgraph.cli import num_rows_arg
 from jaxgraph.data import load_dataset, rmat
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.compress import FabcConfig
@@ -323,10 +324,10 @@ def main():
     )
     ap.add_argument(
         "--sync-rows",
-        type=int,
+        type=num_rows_arg,
         default=0,
-        help="HaSyn: the M hottest rows per sync (0: one per block of equal count); RandomSync: "
-        "as many",
+        help="HaSyn: the M hottest rows per sync, or that share of the nodes if below 1 (0: one "
+        "per block of equal count); RandomSync: as many",
     )
     ap.add_argument(
         "--full-every",

@@ -29,6 +29,7 @@ import numpy as np
 from embed_table import VARIANTS, add_run_arguments, emulate_devices_for
 from felog_table import felog_config
 
+from jaxgraph.cli import num_rows_arg
 from jaxgraph.data import rmat
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.run import atomic_write_bytes, embed, load_embedding_graph, save_json
@@ -135,10 +136,11 @@ def main():
     )
     ap.add_argument(
         "--rows",
-        type=int,
+        type=num_rows_arg,
         nargs="+",
         default=[0],
-        help="HaSyn rows per sync: the M hottest (0: one per block of equal count)",
+        help="HaSyn rows per sync: the M hottest, or that share of the nodes if below 1 (0: one "
+        "per block of equal count)",
     )
     ap.add_argument("--out", default="experiments/results")
     ap.add_argument("--stem", default="hasyn_sweep")

@@ -42,6 +42,14 @@ def _cpu_devices(args) -> int:
     return 8
 
 
+def num_rows_arg(text: str) -> int | float:
+    """``--sync-rows``: ``"1280"`` rows, or ``"0.068"`` a share of the nodes."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxgraph", description=__doc__.splitlines()[0])
     p.add_argument(
@@ -184,10 +192,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ep.add_argument(
         "--sync-rows",
-        type=int,
+        type=num_rows_arg,
         default=None,
-        help="hotspot: merge this many hottest rows per sync (default: one per equal-count "
-        "block); random: this many rows (default: as many as hotspot)",
+        help="hotspot: merge this many hottest rows per sync, or this share of the nodes if "
+        "below 1 (default: one per equal-count block); random: as many rows (default: as many "
+        "as hotspot)",
     )
     ep.add_argument("--parts", type=int, default=1)
     ep.add_argument("--seed", type=int, default=0)

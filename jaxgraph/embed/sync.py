@@ -57,6 +57,8 @@ to bytes. A selection of all ``N`` rows, or one whose padded size reaches ``N``,
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Literal, NamedTuple, get_args
 
 import jax
@@ -174,7 +176,7 @@ class _SelectiveSync:
     merge: Merge = "mean"
     full_every: int | None = 32
     counts: Hotness = "total"
-    num_rows: int | None = None
+    num_rows: int | float | None = None
 
     def __post_init__(self):
         if self.merge not in ("mean", "sum"):
@@ -185,8 +187,24 @@ class _SelectiveSync:
             )
         if self.full_every is not None and self.full_every < 1:
             raise ValueError(f"full_every must be >= 1 or None, got {self.full_every}")
-        if self.num_rows is not None and self.num_rows < 1:
-            raise ValueError(f"num_rows must be >= 1 or None, got {self.num_rows}")
+        rows = self.num_rows
+        if rows is None:
+            return
+        if isinstance(rows, numbers.Integral):
+            if rows < 1:
+                raise ValueError(f"num_rows must be >= 1 or None, got {rows}")
+        elif not (isinstance(rows, numbers.Real) and 0 < rows <= 1):
+            raise ValueError(
+                f"num_rows must be a row count >= 1 or a share of the nodes in (0, 1], got {rows}"
+            )
+
+    def budget(self, num_nodes: int) -> int | None:
+        """Rows per sync for ``num_nodes`` nodes: ``num_rows`` (an int), or that share of the
+        nodes rounded up (a float); None without a budget."""
+        if self.num_rows is None or isinstance(self.num_rows, numbers.Integral):
+            return None if self.num_rows is None else int(self.num_rows)
+        # round first: 0.05 * 300 is 15.000000000000002 in floating point, and means 15.
+        return max(1, math.ceil(round(float(self.num_rows) * num_nodes, 6)))
 
     @property
     def needs_anchor(self) -> bool:
@@ -255,14 +273,15 @@ class HotspotSync(_SelectiveSync):
         unmerged for more than ``full_every`` sync periods; None: only the round-end merge.
       counts: hotness from the update counts of the whole run (``"total"``), of the current
         round (``"round"``) or since each row's last merge (``"pending"``).
-      num_rows: None: one node per equal-count block (the seed's rule); ``M``: the ``M``
-        hottest nodes.
+      num_rows: None: one node per equal-count block (the seed's rule); an int ``M``: the
+        ``M`` hottest nodes; a float in (0, 1]: that share of the nodes, the hottest.
     """
 
     def select(self, update_counts, rng):
-        if self.num_rows is None:
+        budget = self.budget(update_counts.shape[0])
+        if budget is None:
             return select_hotspots(update_counts, rng)
-        return select_hottest(update_counts, self.num_rows, rng)
+        return select_hottest(update_counts, budget, rng)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,13 +290,14 @@ class RandomSync(_SelectiveSync):
 
     Attributes:
       merge, full_every, counts: as :class:`HotspotSync`.
-      num_rows: nodes per sync; None: as many as :class:`HotspotSync` would pick from the same
-        counts (the number of distinct update counts).
+      num_rows: nodes per sync (an int, or a float share of the nodes); None: as many as
+        :class:`HotspotSync` would pick from the same counts (the number of distinct update
+        counts).
     """
 
     def select(self, update_counts, rng):
         n = update_counts.shape[0]
-        size = self.num_rows
+        size = self.budget(n)
         if size is None:
             size = hotspot_blocks(update_counts)[1].size - 1
         return np.sort(rng.choice(n, size=min(size, n), replace=False)).astype(np.int32)

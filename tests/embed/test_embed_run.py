@@ -57,7 +57,7 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
         "--hotness",
         "pending",
         "--sync-rows",
-        "16",
+        "0.05",
         "--full-every",
         "1000",
         "--out",
@@ -74,9 +74,10 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
     assert emb.shape == (300, 8) and emb.dtype == np.float32
     rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == list(range(summary["rounds"]))
-    # 16 hottest rows per periodic sync (both tables), every row at the round-end merge.
+    # The 15 hottest rows (5 % of 300) per periodic sync, both tables; every row at the
+    # round-end merge.
     for r in rounds:
-        assert r["sync_rows"] == 2 * 16 * (r["syncs"] - 1) + 2 * 300
+        assert r["sync_rows"] == 2 * 15 * (r["syncs"] - 1) + 2 * 300
     saved = json.loads((out / "eval.json").read_text())
     assert saved["config"]["method"] == "felog" and saved["tokens"] == summary["tokens"]
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary file
@@ -91,6 +92,7 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
         (["--dataset", "nope"], "unknown dataset 'nope'"),
         (["--sync", "hotspot", "--hotness", "degree"], "counts must be one of total, round"),
         (["--sync", "random", "--sync-rows", "0"], "num_rows must be >= 1"),
+        (["--sync", "hotspot", "--sync-rows", "1.5"], "a share of the nodes in (0, 1]"),
     ],
 )
 def test_cli_errors_exit_2_with_message(extra, message, capsys):

@@ -113,6 +113,14 @@ def test_pending_hotness_selects_from_the_pending_counts():
     np.testing.assert_array_equal(plan.index[: plan.selected], np.sort(np.argsort(pending)[-10:]))
     with pytest.raises(ValueError, match="pending_counts"):
         sync.plan(total, by_round, 0, 1)
+    # A float budget is a share of the nodes, rounded up: 0.052 of 200 nodes is 11 rows.
+    share = HotspotSync(counts="pending", num_rows=0.052, full_every=None)
+    assert share.budget(200) == 11 and HotspotSync(num_rows=np.int64(7)).budget(200) == 7
+    assert HotspotSync(num_rows=0.05).budget(300) == 15  # not 16 from 15.000000000000002
+    plan = share.plan(total, by_round, 0, 1, pending_counts=pending)
+    np.testing.assert_array_equal(plan.index[: plan.selected], np.sort(np.argsort(pending)[-11:]))
+    rand = RandomSync(num_rows=0.052, full_every=None).plan(total, by_round, 0, 1)
+    assert rand.selected == 11
     blocks = HotspotSync(counts="pending", full_every=None).plan(
         total, by_round, 0, 1, pending_counts=pending % 7
     )
@@ -268,8 +276,9 @@ def test_errors():
         HotspotSync(merge="max")
     with pytest.raises(ValueError, match="full_every"):
         HotspotSync(full_every=0)
-    with pytest.raises(ValueError, match="num_rows"):
-        HotspotSync(num_rows=0)
+    for bad in (0, 0.0, 1.5, -0.2):
+        with pytest.raises(ValueError, match="num_rows"):
+            HotspotSync(num_rows=bad)
     with pytest.raises(ValueError, match="num_rows"):
         RandomSync(num_rows=0)
     with pytest.raises(ValueError, match="counts must be"):
