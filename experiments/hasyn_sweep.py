@@ -36,6 +36,8 @@ from jaxgraph.embed.run import atomic_write_bytes, embed, load_embedding_graph, 
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
 
+ALLSYNC = ("AllSync", None, None, None)  # a run's key: (seed, *ALLSYNC) for the baseline
+
 
 def sweep_config(args, seed, rounds):
     """``felog_table.py``'s FeLoG configuration with AllSync, for ``seed`` and ``rounds``."""
@@ -55,14 +57,14 @@ def run_one(train, score, cfg, mesh, dim):
 
 
 def summarize(runs, settings, seeds) -> list[dict]:
-    """Per (setting, method): bytes share and paired AUC differences against AllSync."""
+    """Per (setting, method): bytes share and paired quality differences against AllSync."""
     out = []
     for (counts, full_every, num_rows), method in itertools.product(
         settings, ("HaSyn", "RandomSync")
     ):
         share, diff = [], []
         for s in seeds:
-            base = runs[(s, "AllSync", None, None, None)]
+            base = runs[(s, *ALLSYNC)]
             r = runs[(s, method, counts, full_every, num_rows)]
             share.append(r["sync_bytes"] / base["sync_bytes"])
             diff.append(100 * (r["quality"] - base["quality"]))
@@ -85,7 +87,7 @@ def summarize(runs, settings, seeds) -> list[dict]:
 
 
 def markdown(args, runs, summary, seeds, metric) -> str:
-    base = [runs[(s, "AllSync", None, None, None)]["quality"] for s in seeds]
+    base = [runs[(s, *ALLSYNC)]["quality"] for s in seeds]
     spread = f" ± {np.std(base, ddof=1):.4f}" if len(seeds) > 1 else ""
     lines = [
         f"# HaSyn sweep: {args.dataset}",
@@ -179,7 +181,7 @@ def main():
         cfg = sweep_config(args, seed, args.rounds if classify else args.lp_rounds)
         if seed == args.seeds[0]:  # compile outside the recorded runs
             embed(train, cfg, mesh)
-        runs[(seed, "AllSync", None, None, None)] = run_one(train, score, cfg, mesh, args.dim)
+        runs[(seed, *ALLSYNC)] = run_one(train, score, cfg, mesh, args.dim)
         for counts, full_every, num_rows in settings:
             options = {
                 "counts": counts,

@@ -351,7 +351,11 @@ def load_embedding_graph(name: str, *, num_nodes: int = 2000, seed: int = 0) -> 
 
 
 def _table_sync(
-    name: str, merge: str, full_every: int, hotness: str = "total", num_rows: int | None = None
+    name: str,
+    merge: str,
+    full_every: int,
+    hotness: str = "total",
+    num_rows: int | float | None = None,
 ):
     """The periodic sync named on the command line (None: every row, the trainer's default)."""
     from jaxgraph.embed.sync import HotspotSync, RandomSync

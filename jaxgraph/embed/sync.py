@@ -188,12 +188,13 @@ class _SelectiveSync:
         if self.full_every is not None and self.full_every < 1:
             raise ValueError(f"full_every must be >= 1 or None, got {self.full_every}")
         rows = self.num_rows
-        if rows is None:
-            return
-        if isinstance(rows, numbers.Integral):
-            if rows < 1:
-                raise ValueError(f"num_rows must be >= 1 or None, got {rows}")
-        elif not (isinstance(rows, numbers.Real) and 0 < rows <= 1):
+        if isinstance(rows, numbers.Integral) and rows < 1:
+            raise ValueError(f"num_rows must be >= 1 or None, got {rows}")
+        if not (
+            rows is None
+            or isinstance(rows, numbers.Integral)
+            or (isinstance(rows, numbers.Real) and 0 < rows <= 1)
+        ):
             raise ValueError(
                 f"num_rows must be a row count >= 1 or a share of the nodes in (0, 1], got {rows}"
             )
@@ -201,8 +202,10 @@ class _SelectiveSync:
     def budget(self, num_nodes: int) -> int | None:
         """Rows per sync for ``num_nodes`` nodes: ``num_rows`` (an int), or that share of the
         nodes rounded up (a float); None without a budget."""
-        if self.num_rows is None or isinstance(self.num_rows, numbers.Integral):
-            return None if self.num_rows is None else int(self.num_rows)
+        if self.num_rows is None:
+            return None
+        if isinstance(self.num_rows, numbers.Integral):
+            return int(self.num_rows)
         # round first: 0.05 * 300 is 15.000000000000002 in floating point, and means 15.
         return max(1, math.ceil(round(float(self.num_rows) * num_nodes, 6)))
 
