@@ -6,11 +6,23 @@ array that every process holds, and :func:`to_host` brings a whole array back to
 
 Inside ``shard_map`` every value is typed by the mesh axes it varies over; :func:`varying_axes`
 reads that type and :func:`to_varying` widens it (a ``pcast``), as custom VJPs need.
+
+**Programs in flight on a CPU mesh.** On the XLA CPU runtime every device of a multi-device
+mesh is a thread of one host, and a collective waits in a rendezvous for all of them; a
+participant that does not arrive within the runtime's termination timeout (40 s in this JAX
+build) aborts the process ("Expected 8 threads to join the rendezvous, but only 7 of them
+arrived on time"; the timeout became configurable upstream later, jax-ml/jax#31818 and
+openxla/xla#32115). When a few dozen programs with collectives are queued without waiting (a
+plain Python loop over a jitted ``shard_map`` step: about 50 at 8 devices on 2 cores, fewer
+at 2-4), the device threads interleave the queued programs and starve a rendezvous past that
+timeout. A :class:`Bounded` program therefore waits for each call's result on such a mesh,
+which keeps one program in flight; on GPU and TPU meshes, and on one device, it is the program
+itself (no wait, no cost).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -131,3 +143,34 @@ def to_varying(x: jax.Array, axes: frozenset) -> jax.Array:
     """``x`` typed to vary over ``axes`` as well (a no-op where it already does)."""
     missing = tuple(sorted(axes - varying_axes(x)))
     return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+def bounds_in_flight(mesh: Mesh) -> bool:
+    """Whether programs with collectives on ``mesh`` must run one at a time: a CPU mesh of
+    more than one device (see the module docstring)."""
+    return mesh.devices.size > 1 and mesh.devices.flat[0].platform == "cpu"
+
+
+class Bounded:
+    """A jitted program that, on a mesh where :func:`bounds_in_flight` holds, blocks until each
+    call's outputs are ready; elsewhere a call returns as soon as the work is queued.
+
+    Everything else (``lower``, ``trace``, ``eval_shape``) is the wrapped program's.
+
+    Args:
+      program: a jitted function (typically of a ``shard_map``).
+      mesh: the mesh it runs on.
+    """
+
+    def __init__(self, program: Callable, mesh: Mesh):
+        self.program = program
+        self.blocks = bounds_in_flight(mesh)
+
+    def __call__(self, *args, **kwargs):
+        out = self.program(*args, **kwargs)
+        if self.blocks:
+            jax.block_until_ready(out)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.program, name)

@@ -11,12 +11,26 @@ pair with input row ``s = syn0[i]``, positive output ``o_0 = syn1[t]`` and negat
 A negative equal to the positive is skipped (``g = 0``), as in word2vec. The exact sigmoid
 replaces word2vec's table clipped at ``|f| > 6``.
 
-**Batches and duplicate rows.** One step applies the updates of ``B`` pairs computed from the
-*same* tables, and rows that occur several times in a batch receive the **sum** of their
-updates (``.at[].add``): a hub that appears ``k`` times gets ``k`` times the update, as ``k``
-sequential (Hogwild) word2vec updates would to first order in ``alpha``. The learning rate is
-therefore *not* divided by the batch size or by a row's multiplicity; the per-pair scale is
-word2vec's. Large batches make hub rows take larger, staler steps; ``batch_size`` bounds that.
+**Batches, and rows that recur in a batch.** One step applies the updates of ``B`` pairs
+computed from the *same* tables (Hogwild-like, as word2vec's threads). Two rules keep such a
+step no larger than a sequential pass over the same pairs would take, whatever the degree
+distribution:
+
+* *Interleaved batches.* The pairs of one walk come in runs (every centre token gives up to
+  ``2 w`` pairs, and its neighbours share most of them), so ``B`` consecutive pairs hold each
+  of their rows about ``w`` times, and a walk that bounces on a leaf-hub edge holds the same
+  pair hundreds of times. Step ``s`` of a chunk of ``S`` steps therefore trains the pairs
+  ``s, s + S, s + 2 S, ...`` of the chunk's ``S B`` pairs: consecutive pairs land in different
+  steps, every pair is trained once, in a fixed order (the same on every backend and mesh).
+* *A cap on a row's step* (``row_cap = c``). A row that receives ``k`` updates in one step (as
+  an input row of ``syn0``, or as a positive or negative output row of ``syn1``) moves by
+  ``min(1, c / k)`` times their sum: up to ``c`` updates add as in word2vec, beyond that the
+  row takes ``c`` times their mean. Summed, ``k`` updates computed from one stale value act as a
+  step ``k`` times longer, which a sequential pass never takes (each of its updates shrinks as
+  ``sigmoid`` saturates): on hub-heavy graphs the summed step overshoots, row norms grow into
+  the thousands and dot-product scores stop ranking edges. ``row_cap=None`` is the plain sum.
+
+The learning rate is word2vec's per pair; it is not divided by the batch size.
 
 **Data parallelism** (:class:`SkipGramTrainer`). Each device of a 1-D mesh trains on its own
 shard of the round's walks with a full replica of both tables (``f32[P, N, d]``, one slice per
@@ -73,7 +87,7 @@ from jaxgraph.embed.device_pairs import (
 )
 from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.walks import Walks
-from jaxgraph.mesh import place
+from jaxgraph.mesh import Bounded, place
 
 LR_SCHEDULES = ("round", "linear", "global")
 
@@ -101,6 +115,9 @@ class SkipGramConfig:
       schedule_rounds: ``R`` of the ``"global"`` schedule (:func:`jaxgraph.embed.run.embed`
         sets it to the run's rounds when it is None).
       batch_size: pairs per device per step.
+      row_cap: a row that receives ``k`` updates in one step moves by ``min(1, row_cap / k)``
+        times their sum (module docstring); None sums them (word2vec's first order, unstable
+        on hub-heavy graphs).
       sync_every: steps between two table syncs (a round always ends with a full merge).
       merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync) or ``"sum"``
         (every replica's change counts fully); see :func:`merge_rows`.
@@ -121,6 +138,7 @@ class SkipGramConfig:
     lr_schedule: Literal["round", "linear", "global"] = "round"
     schedule_rounds: int | None = None
     batch_size: int = 1024
+    row_cap: int | None = 4
     sync_every: int = 64
     merge: Literal["mean", "sum"] = "mean"
     block_pairs: int = 1 << 23
@@ -130,6 +148,8 @@ class SkipGramConfig:
         for name in ("dim", "window", "negatives", "batch_size", "sync_every", "block_pairs"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.row_cap is not None and self.row_cap < 1:
+            raise ValueError(f"row_cap must be >= 1 or None, got {self.row_cap}")
         if self.counts not in COUNT_SOURCES:
             raise ValueError(f"counts must be one of {COUNT_SOURCES}, got {self.counts!r}")
         if self.lr_schedule not in LR_SCHEDULES:
@@ -215,8 +235,10 @@ def sgns_update(
     negatives: jax.Array,
     weight: jax.Array,
     lr: jax.Array | float,
+    *,
+    row_cap: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One batched SGNS step (see the module docstring for the formula and duplicate rows).
+    """One batched SGNS step (see the module docstring for the formula and recurring rows).
 
     Args:
       syn0, syn1: the input and output tables.
@@ -226,6 +248,8 @@ def sgns_update(
       weight: per-pair factor, ``0`` for padding pairs (which then change nothing) and ``1``
         otherwise.
       lr: learning rate ``alpha``.
+      row_cap: a row with ``k`` live updates in the batch moves by ``min(1, row_cap / k)``
+        times their sum; None sums them.
 
     Returns:
       ``(syn0', syn1', loss)`` with ``loss`` the weighted sum over pairs of
@@ -235,8 +259,19 @@ def sgns_update(
       ``syn0, syn1: f32[N, d]``, ``inputs, outputs: int32[B]``, ``negatives: int32[B, K]``,
       ``weight: f32[B]``, ``lr: f32[]``.
     """
+    scratch = None if row_cap is None else jnp.zeros(2 * syn0.shape[0], jnp.int32)
+    syn0, syn1, loss, _ = _sgns_step(
+        syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap, scratch
+    )
+    return syn0, syn1, loss
+
+
+def _sgns_step(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap, scratch):
+    """:func:`sgns_update` with the counting buffer of the row cap carried by the caller
+    (``scratch: int32[2N]``, all zero in and out; None when ``row_cap`` is None), so that a
+    loop of steps clears only the entries it touched."""
     syn0, syn1 = jnp.asarray(syn0), jnp.asarray(syn1)
-    d = syn0.shape[1]
+    n, d = syn0.shape
     targets = jnp.concatenate([outputs[:, None], negatives], axis=1)  # int32[B, K+1]
     s = syn0[inputs]  # f32[B, d]
     o = syn1[targets]  # f32[B, K+1, d]
@@ -248,22 +283,47 @@ def sgns_update(
     g = (positive.astype(f.dtype) - jax.nn.sigmoid(f)) * (lr * w)
     loss = -jnp.sum(w * jax.nn.log_sigmoid(jnp.where(positive, f, -f)))
     ds = jnp.einsum("bk,bkd->bd", g, o)  # f32[B, d]
+    if row_cap is not None:
+        # One count over both tables: syn0 row i is id i, syn1 row j is id N + j.
+        ids = jnp.concatenate([inputs, n + targets.reshape(-1)])  # int32[B (K+2)]
+        hits = jnp.concatenate([weight > 0, (w > 0).reshape(-1)])  # bool[B (K+2)]
+        k, scratch = row_multiplicity(ids, hits, scratch)
+        scale = jnp.minimum(1.0, row_cap / k.astype(f.dtype))  # f32[B (K+2)]
+        b = inputs.shape[0]
+        ds = ds * scale[:b, None]
+        g = g * scale[b:].reshape(g.shape)
     do = g[..., None] * s[:, None, :]  # f32[B, K+1, d]
     syn0 = syn0.at[inputs].add(ds)
     syn1 = syn1.at[targets.reshape(-1)].add(do.reshape(-1, d))
-    return syn0, syn1, loss
+    return syn0, syn1, loss, scratch
 
 
-def sgns_update_reference(syn0, syn1, inputs, outputs, negatives, weight, lr):
-    """NumPy (float64) oracle of :func:`sgns_update`: the closed form pair by pair, summed.
+def row_multiplicity(
+    ids: jax.Array, live: jax.Array, scratch: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """How many live entries share each entry's id: ``k[i] = #{j : live[j], ids[j] = ids[i]}``
+    (at least 1), counted in ``scratch`` (zero on entry, and zero again on return: only the
+    entries of ``ids`` are cleared, so the cost is ``O(len(ids))``, not ``O(M)``).
+
+    Shapes:
+      ``ids: int32[E]`` in ``[0, M)``, ``live: bool[E]``, ``scratch: int32[M]`` ->
+      ``(int32[E], int32[M])``.
+    """
+    counted = scratch.at[ids].add(live.astype(jnp.int32))
+    return jnp.maximum(counted[ids], 1), counted.at[ids].set(0)
+
+
+def sgns_update_reference(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap=None):
+    """NumPy (float64) oracle of :func:`sgns_update`: the closed form pair by pair, summed per
+    row, each row's sum scaled by ``min(1, row_cap / k)`` for its ``k`` live updates.
 
     Returns:
       ``(syn0', syn1')`` as ``float64`` arrays.
     """
     syn0 = np.asarray(syn0, np.float64)
     syn1 = np.asarray(syn1, np.float64)
-    d0 = np.zeros_like(syn0)
-    d1 = np.zeros_like(syn1)
+    d0, d1 = np.zeros_like(syn0), np.zeros_like(syn1)
+    k0, k1 = np.zeros(len(syn0)), np.zeros(len(syn1))
     for b in range(len(inputs)):
         s = syn0[inputs[b]]
         targets = [outputs[b], *negatives[b]]
@@ -274,6 +334,11 @@ def sgns_update_reference(syn0, syn1, inputs, outputs, negatives, weight, lr):
             g = (label - 1.0 / (1.0 + np.exp(-s @ syn1[t]))) * lr * weight[b]
             d1[t] += g * s
             d0[inputs[b]] += g * syn1[t]
+            k1[t] += weight[b] > 0
+        k0[inputs[b]] += weight[b] > 0
+    if row_cap is not None:
+        d0 *= np.minimum(1.0, row_cap / np.maximum(k0, 1))[:, None]
+        d1 *= np.minimum(1.0, row_cap / np.maximum(k1, 1))[:, None]
     return syn0 + d0, syn1 + d1
 
 
@@ -366,12 +431,14 @@ def _train_chunk(
     *,
     axis_name,
     negatives,
+    row_cap,
 ):
     """The first ``num_steps`` of ``S`` buffered SGNS steps on this device's replica.
 
-    ``num_steps`` is traced, so one compiled program serves every chunk length; buffer slots
-    past it are never read. Step ``s`` draws its negatives from
-    ``fold_in(fold_in(key, first_step + s), device)``.
+    ``num_steps`` (``S'``) is traced, so one compiled program serves every chunk length;
+    buffer slots past its ``S' B`` pairs are never read. Batches are interleaved (module
+    docstring): step ``s`` trains pairs ``s, s + S', s + 2 S', ...`` of the flattened buffer.
+    Step ``s`` draws its negatives from ``fold_in(fold_in(key, first_step + s), device)``.
 
     Shapes (per device):
       ``tables: Tables(f32[1, N, d], f32[1, N, d])``, ``inputs, outputs: int32[1, S, B]``,
@@ -380,19 +447,28 @@ def _train_chunk(
     """
     device = jax.lax.axis_index(axis_name)
     batch = inputs.shape[-1]
+    n = tables.syn0.shape[1]
+    # in, out: int32[S B]; w: f32[S B]
+    flat_in, flat_out, flat_w = (a[0].reshape(-1) for a in (inputs, outputs, weights))
+    stride = jnp.arange(batch, dtype=jnp.int32) * num_steps  # int32[B]
 
     def step(s, carry):
-        syn0, syn1, loss = carry  # f32[N, d], f32[N, d], f32[]
+        syn0, syn1, loss, scratch = carry  # f32[N, d], f32[N, d], f32[], int32[2N] | None
         k = jax.random.fold_in(jax.random.fold_in(key, first_step + s), device)
         neg = sample_negatives(k, accept, alias, (batch, negatives))  # int32[B, K]
-        # ins, outs: int32[B]; w: f32[B]
-        ins, outs, w = inputs[0, s], outputs[0, s], weights[0, s]
-        syn0, syn1, step_loss = sgns_update(syn0, syn1, ins, outs, neg, w, lr[s])
-        return syn0, syn1, loss + step_loss
+        at = s + stride  # int32[B]
+        ins, outs, w = flat_in[at], flat_out[at], flat_w[at]  # int32[B], int32[B], f32[B]
+        syn0, syn1, step_loss, scratch = _sgns_step(
+            syn0, syn1, ins, outs, neg, w, lr[s], row_cap, scratch
+        )
+        return syn0, syn1, loss + step_loss, scratch
 
     loss0 = jax.lax.pcast(jnp.zeros((), jnp.float32), axis_name, to="varying")
-    syn0, syn1, loss = jax.lax.fori_loop(
-        0, num_steps, step, (tables.syn0[0], tables.syn1[0], loss0)
+    scratch = None
+    if row_cap is not None:
+        scratch = jax.lax.pcast(jnp.zeros(2 * n, jnp.int32), axis_name, to="varying")
+    syn0, syn1, loss, _ = jax.lax.fori_loop(
+        0, num_steps, step, (tables.syn0[0], tables.syn1[0], loss0, scratch)
     )
     return Tables(syn0[None], syn1[None]), loss[None]
 
@@ -407,8 +483,8 @@ def _sync_tables(tables, anchor, *, axis_name, sync):
 
 
 @functools.lru_cache(maxsize=32)
-def train_program(mesh: Mesh, axis_name: str, negatives: int):
-    """The jitted data-parallel training program (cached per mesh and ``K``).
+def train_program(mesh: Mesh, axis_name: str, negatives: int, row_cap: int | None = None):
+    """The jitted data-parallel training program (cached per mesh, ``K`` and row cap).
 
     ``train(tables, inputs, outputs, weights, lr, num_steps, first_step, key, accept, alias)
     -> (tables, loss f32[P])`` runs the first ``num_steps`` buffered steps on every replica;
@@ -419,7 +495,9 @@ def train_program(mesh: Mesh, axis_name: str, negatives: int):
     shard, rep = P(axis_name), P()
     return jax.jit(
         jax.shard_map(
-            functools.partial(_train_chunk, axis_name=axis_name, negatives=negatives),
+            functools.partial(
+                _train_chunk, axis_name=axis_name, negatives=negatives, row_cap=row_cap
+            ),
             mesh=mesh,
             in_specs=(shard, shard, shard, shard, rep, rep, rep, rep, rep, rep),
             out_specs=(shard, shard),
@@ -445,10 +523,11 @@ def _train_buffered(
     axis_name,
     negatives,
     batch,
+    row_cap,
 ):
     """:func:`_train_chunk` on steps ``start .. start + num_steps`` of pair buffers held on
-    the device (:func:`pairs_program`): step ``s`` reads pairs ``s B .. (s + 1) B`` of this
-    device's buffer, weight 0 from ``count`` on. ``updates`` accumulates the rows trained
+    the device (:func:`pairs_program`): the chunk is pairs ``start B .. (start + num_steps) B``
+    of this device's buffer (interleaved into steps as there), weight 0 from ``count`` on. ``updates`` accumulates the rows trained
     (input and positive output row of every pair) per device.
 
     Shapes (per device):
@@ -476,6 +555,7 @@ def _train_buffered(
         alias,
         axis_name=axis_name,
         negatives=negatives,
+        row_cap=row_cap,
     )
     hits = live.astype(jnp.int32)
     updates = updates[0].at[x_in].add(hits).at[x_out].add(hits)
@@ -483,7 +563,9 @@ def _train_buffered(
 
 
 @functools.lru_cache(maxsize=32)
-def buffered_train_program(mesh: Mesh, axis_name: str, negatives: int, batch: int):
+def buffered_train_program(
+    mesh: Mesh, axis_name: str, negatives: int, batch: int, row_cap: int | None = None
+):
     """The jitted :func:`_train_buffered` (tables and ``updates`` donated): ``train(tables,
     inputs, outputs, count, updates, lr, num_steps, start, first_step, key, accept, alias) ->
     (tables, loss f32[P], updates)``; buffers, counts and ``updates`` sharded on
@@ -492,7 +574,11 @@ def buffered_train_program(mesh: Mesh, axis_name: str, negatives: int, batch: in
     return jax.jit(
         jax.shard_map(
             functools.partial(
-                _train_buffered, axis_name=axis_name, negatives=negatives, batch=batch
+                _train_buffered,
+                axis_name=axis_name,
+                negatives=negatives,
+                batch=batch,
+                row_cap=row_cap,
             ),
             mesh=mesh,
             in_specs=(shard,) * 5 + (rep,) * 7,
@@ -593,6 +679,8 @@ class RoundStats:
     # Bytes of training input moved host -> device: the pair buffers (``pairs="host"``) or the
     # walk rows (``pairs="device"``; 0 when the walks were decoded on a device already).
     input_bytes: int = 0
+    # The largest row norm of syn0 and syn1 after the round's closing merge.
+    max_norm: float = float("nan")
 
 
 class SkipGramTrainer:
@@ -651,15 +739,25 @@ class SkipGramTrainer:
         self._merged_round_counts = np.zeros(num_nodes, np.int64)
         self.periodic_syncs = 0  # keys the row draws of planned syncs
         self._planned = hasattr(self.sync, "plan")
-        self._train = train_program(mesh, self.axis_name, config.negatives)
-        self._train_buffered = buffered_train_program(
-            mesh, self.axis_name, config.negatives, config.batch_size
+        # Every program with collectives is Bounded (jaxgraph.mesh): on an emulated CPU mesh
+        # each call waits for its result, so a round never queues collectives into the
+        # rendezvous abort of that runtime; elsewhere dispatch stays asynchronous.
+        cap = config.row_cap
+        self._train = Bounded(train_program(mesh, self.axis_name, config.negatives, cap), mesh)
+        self._train_buffered = Bounded(
+            buffered_train_program(
+                mesh, self.axis_name, config.negatives, config.batch_size, cap
+            ),
+            mesh,
         )
-        self._full_sync = sync_program(mesh, self.axis_name, AllSync(self.sync.merge))
-        self._periodic_sync = (
+        self._full_sync = Bounded(
+            sync_program(mesh, self.axis_name, AllSync(self.sync.merge)), mesh
+        )
+        self._periodic_sync = Bounded(
             indexed_sync_program(mesh, self.axis_name, self.sync)
             if self._planned
-            else sync_program(mesh, self.axis_name, self.sync)
+            else sync_program(mesh, self.axis_name, self.sync),
+            mesh,
         )
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
@@ -813,7 +911,7 @@ class SkipGramTrainer:
         stats.syncs += 1
         stats.sync_rows += 2 * n
         stats.loss = float(sum(float(jnp.sum(x)) for x in losses)) / max(stats.pairs, 1)
-        jax.block_until_ready(self.tables)
+        stats.max_norm = float(_max_row_norm(self.tables))
         stats.seconds_pairs = t_pairs
         stats.seconds = time.perf_counter() - t0
         return stats
@@ -915,7 +1013,7 @@ class SkipGramTrainer:
         lengths, ids_dev = place_all((lengths, index.astype(np.uint32)), self._shard)
         length = nodes.shape[-1]
         capacity = pair_capacity(wp, length, cfg.window) + cfg.sync_every * cfg.batch_size
-        build = pairs_program(self.mesh, self.axis_name, cfg.window, capacity)
+        build = Bounded(pairs_program(self.mesh, self.axis_name, cfg.window, capacity), self.mesh)
         inputs, outputs, counts, all_counts = build(nodes, lengths, ids_dev, *device_args)
         return (inputs, outputs, counts), [int(c) for c in np.asarray(all_counts)]
 
@@ -960,6 +1058,12 @@ class SkipGramTrainer:
         """``syn0`` as merged at the end of the last round (every replica holds it), read from
         this process's first device, ``f32[N, d]``."""
         return _local_replica(self.tables.syn0)
+
+
+@jax.jit
+def _max_row_norm(tables: Tables) -> jax.Array:
+    """The largest row norm over both tables and every replica: ``Tables[P, N, d] -> f32[]``."""
+    return jnp.sqrt(jnp.max(jnp.stack([jnp.max(jnp.sum(t * t, axis=-1)) for t in tables])))
 
 
 def _local_replica(table: jax.Array) -> np.ndarray:

@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
-from jaxgraph.mesh import place
+from jaxgraph.mesh import Bounded, place
 from jaxgraph.models.propagate import Propagator
 
 
@@ -148,9 +148,11 @@ class Trainer:
         self.num_train = int(num_train)
         self.local_grad_clip = local_grad_clip
         self.trace_count = 0
-        self.train_step = jax.jit(self._train_step, donate_argnums=0)
-        self.eval_step = jax.jit(self._eval_step)
-        self._loss_and_grads_jit = jax.jit(self._loss_and_grads_program)
+        # On an emulated CPU mesh each call waits for its result (jaxgraph.mesh.Bounded), so
+        # a plain Python loop over train_step cannot queue collectives into a deadlock.
+        self.train_step = Bounded(jax.jit(self._train_step, donate_argnums=0), mesh)
+        self.eval_step = Bounded(jax.jit(self._eval_step), mesh)
+        self._loss_and_grads_jit = Bounded(jax.jit(self._loss_and_grads_program), mesh)
 
     # ------------------------------------------------------------------ creation
 
@@ -340,11 +342,12 @@ class Trainer:
             prop = Propagator(shard, Vanilla(), {}, axis_name=axis, num_parts=num_parts)
             return self.model.apply({"params": params}, shard.x, prop, train=False)[None]
 
-        return jax.jit(
+        program = jax.jit(
             jax.shard_map(
                 body,
                 mesh=self.mesh,
                 in_specs=(jax.tree.map(lambda _: P(), params), _shard_specs(shards, axis)),
                 out_specs=P(axis),
             )
-        )(params, shards)
+        )
+        return Bounded(program, self.mesh)(params, shards)

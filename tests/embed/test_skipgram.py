@@ -16,6 +16,7 @@ from jaxgraph.embed.skipgram import (
     SkipGramTrainer,
     Tables,
     init_tables,
+    row_multiplicity,
     sample_negatives,
     sgns_update,
     sgns_update_reference,
@@ -31,6 +32,10 @@ TOL = 1e-5  # fp32 arithmetic policy
 # Shapes shared by the oracle and trainer tests, so each mesh size compiles one program.
 N, DIM, BATCH, NEG, BUFFER = 300, 8, 16, 2, 4
 update = jax.jit(sgns_update)
+capped_update = jax.jit(
+    lambda s0, s1, i, o, w, neg, lr, cap: sgns_update(s0, s1, i, o, neg, w, lr, row_cap=cap),
+    static_argnums=7,
+)
 negatives_of = jax.jit(sample_negatives, static_argnums=3)
 MESH_SIZES = (1, 2, 4, 8)
 AXIS = "parts"
@@ -42,7 +47,8 @@ def _tables(rng, n, d, scale=0.3):
     return syn0, syn1
 
 
-def test_update_equals_word2vec_closed_form():
+@pytest.mark.parametrize("row_cap", [None, 1, 3])
+def test_update_equals_word2vec_closed_form(row_cap):
     rng = np.random.default_rng(0)
     n, d, b, k = 12, 8, 40, 3
     syn0, syn1 = _tables(rng, n, d)
@@ -51,8 +57,8 @@ def test_update_equals_word2vec_closed_form():
     neg = rng.integers(0, n, (b, k)).astype(np.int32)
     neg[:5, 0] = outs[:5]  # a negative equal to the positive is skipped
     weight = (rng.random(b) > 0.2).astype(np.float32)  # padding pairs change nothing
-    new0, new1, loss = update(syn0, syn1, ins, outs, neg, weight, 0.05)
-    ref0, ref1 = sgns_update_reference(syn0, syn1, ins, outs, neg, weight, 0.05)
+    new0, new1, loss = capped_update(syn0, syn1, ins, outs, weight, neg, 0.05, row_cap)
+    ref0, ref1 = sgns_update_reference(syn0, syn1, ins, outs, neg, weight, 0.05, row_cap)
     np.testing.assert_allclose(new0, ref0, atol=1e-6, rtol=0)
     np.testing.assert_allclose(new1, ref1, atol=1e-6, rtol=0)
     f = np.einsum("bd,bkd->bk", syn0[ins], syn1[np.concatenate([outs[:, None], neg], 1)])
@@ -61,18 +67,31 @@ def test_update_equals_word2vec_closed_form():
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
 
 
-def test_duplicate_pairs_sum_their_updates():
-    """A pair present k times in a batch moves its rows k times as far as once (the scaling
-    the module docstring documents: sum, not mean)."""
+@pytest.mark.parametrize("copies", [1, 3, 4, 5, 40])
+def test_a_recurring_pair_moves_its_rows_at_most_row_cap_times(copies):
+    """A pair present k times in a batch moves its rows min(k, c) times as far as once: the
+    plain sum (c = None) would move them k times."""
     rng = np.random.default_rng(1)
     syn0, syn1 = _tables(rng, 6, 4)
-    one = (np.array([2], np.int32), np.array([3], np.int32), np.array([[4, 5]], np.int32))
-    k = 5
-    many = tuple(np.repeat(a, k, axis=0) for a in one)
-    a0, a1, _ = update(syn0, syn1, *one, np.ones(1, np.float32), 0.1)
-    b0, b1, _ = update(syn0, syn1, *many, np.ones(k, np.float32), 0.1)
-    np.testing.assert_allclose(np.asarray(b0) - syn0, k * (np.asarray(a0) - syn0), atol=1e-6)
-    np.testing.assert_allclose(np.asarray(b1) - syn1, k * (np.asarray(a1) - syn1), atol=1e-6)
+    one = (np.array([2], np.int32), np.array([3], np.int32), np.ones(1, np.float32))
+    negs = np.array([[4, 5]], np.int32)
+    many = tuple(np.repeat(a, copies, axis=0) for a in one)
+    a0, a1, _ = capped_update(syn0, syn1, *one, negs, 0.1, 4)
+    b0, b1, _ = capped_update(syn0, syn1, *many, np.repeat(negs, copies, 0), 0.1, 4)
+    c0, c1, _ = capped_update(syn0, syn1, *many, np.repeat(negs, copies, 0), 0.1, None)
+    factor = min(copies, 4)
+    for got, one_step, summed, table in ((b0, a0, c0, syn0), (b1, a1, c1, syn1)):
+        step = np.asarray(one_step) - table
+        np.testing.assert_allclose(np.asarray(got) - table, factor * step, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(summed) - table, copies * step, atol=1e-6)
+
+
+def test_row_multiplicity_counts_live_entries_and_clears_its_buffer():
+    ids = jnp.array([3, 1, 3, 3, 0, 1, 7], jnp.int32)
+    live = jnp.array([1, 1, 0, 1, 1, 1, 1], bool)
+    k, scratch = jax.jit(row_multiplicity)(ids, live, jnp.zeros(8, jnp.int32))
+    np.testing.assert_array_equal(k, [2, 2, 2, 2, 1, 2, 1])
+    assert not np.asarray(scratch).any()
 
 
 def test_initialisation():
@@ -100,15 +119,28 @@ def _negatives(key, step, device, accept, alias, batch):
     return negatives_of(k, accept, alias, (batch, NEG))
 
 
+def _interleaved(a, dev, s, period, j):
+    """Step ``j`` of the chunk of steps ``s .. s + period`` of device ``dev``: pairs
+    ``j, j + period, ...`` of the chunk (the trainer's interleaved batches)."""
+    return a[dev, s : s + period].reshape(-1)[j + period * np.arange(BATCH)]
+
+
 @pytest.mark.parametrize("merge", ["mean", "sum"])
 @pytest.mark.parametrize("num_parts", MESH_SIZES)
 def test_data_parallel_equals_single_device_oracle(num_parts, merge):
-    """Merged after every step: mean = union batch at lr / P, sum = union batch at lr.
-    Merged every 2 steps: equals an explicit simulation of the P replicas."""
+    """Merged after every step: mean = union batch at lr / P, sum = union batch at lr (the
+    plain sum of updates; a row cap counts rows per device, so the union identity is for
+    ``row_cap=None``). Merged every 2 steps, with and without a row cap: equals an explicit
+    simulation of the P replicas on their interleaved batches."""
     rng = np.random.default_rng(num_parts)
     steps, lr = 4, 0.2
     mesh = make_mesh(num_parts, AXIS)
-    train = train_program(mesh, AXIS, NEG)
+    for period, cap in ((1, None), (2, None), (2, 2)):
+        _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap)
+
+
+def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap):
+    train = train_program(mesh, AXIS, NEG, cap)
     sync = sync_program(mesh, AXIS, AllSync(merge))
     syn0, syn1 = _tables(rng, N, DIM, 0.5)
     ins = rng.integers(0, 20, (num_parts, steps, BATCH)).astype(np.int32)  # many duplicates
@@ -119,48 +151,48 @@ def test_data_parallel_equals_single_device_oracle(num_parts, merge):
     accept, alias = (jnp.asarray(a) for a in alias_table(negative_weights(counts)))
     key = jax.random.key(5)
 
-    for period in (1, 2):
-        stacked = Tables(*(np.broadcast_to(t, (num_parts, N, DIM)).copy() for t in (syn0, syn1)))
-        tables = jax.device_put(stacked)
-        anchor = jax.device_put(Tables(*(a.copy() for a in stacked))) if merge == "sum" else None
-        for s in range(0, steps, period):
-            # Buffers of BUFFER steps, of which the first `period` are run.
-            chunk = [np.zeros((num_parts, BUFFER, BATCH), a.dtype) for a in (ins, outs, w)]
-            for c, a in zip(chunk, (ins, outs, w), strict=True):
-                c[:, :period] = a[:, s : s + period]
-            lrs = jnp.full(BUFFER, lr, jnp.float32)
-            tables, _ = train(
-                tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, accept, alias
-            )
-            tables, anchor = sync(tables, anchor)
-        got = [np.asarray(t) for t in tables]
-        for t in got:  # every replica identical after a merge
-            np.testing.assert_array_equal(t, np.broadcast_to(t[:1], t.shape))
+    stacked = Tables(*(np.broadcast_to(t, (num_parts, N, DIM)).copy() for t in (syn0, syn1)))
+    tables = jax.device_put(stacked)
+    anchor = jax.device_put(Tables(*(a.copy() for a in stacked))) if merge == "sum" else None
+    for s in range(0, steps, period):
+        # Buffers of BUFFER steps, of which the first `period` are run.
+        chunk = [np.zeros((num_parts, BUFFER, BATCH), a.dtype) for a in (ins, outs, w)]
+        for c, a in zip(chunk, (ins, outs, w), strict=True):
+            c[:, :period] = a[:, s : s + period]
+        lrs = jnp.full(BUFFER, lr, jnp.float32)
+        tables, _ = train(
+            tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, accept, alias
+        )
+        tables, anchor = sync(tables, anchor)
+    got = [np.asarray(t) for t in tables]
+    for t in got:  # every replica identical after a merge
+        np.testing.assert_array_equal(t, np.broadcast_to(t[:1], t.shape))
 
-        ref = (jnp.asarray(syn0), jnp.asarray(syn1))
-        if period == 1:  # the single-device oracle on the union batch
-            scale = lr / num_parts if merge == "mean" else lr
-            for s in range(steps):
-                neg = jnp.concatenate(
-                    [_negatives(key, s, d, accept, alias, BATCH) for d in range(num_parts)]
-                )
-                flat = [a[:, s].reshape(-1) for a in (ins, outs, w)]
-                ref = update(*ref, flat[0], flat[1], neg, flat[2], scale)[:2]
-        else:  # P replicas, merged every `period` steps
-            for s in range(0, steps, period):
-                reps = []
-                for dev in range(num_parts):
-                    r = ref
-                    for t in range(s, s + period):
-                        neg = _negatives(key, t, dev, accept, alias, BATCH)
-                        r = update(*r, ins[dev, t], outs[dev, t], neg, w[dev, t], lr)[:2]
-                    reps.append(r)
-                if merge == "mean":
-                    ref = tuple(jnp.mean(jnp.stack([r[i] for r in reps]), 0) for i in range(2))
-                else:
-                    ref = tuple(ref[i] + sum(r[i] - ref[i] for r in reps) for i in range(2))
-        for t, r in zip(got, ref, strict=True):
-            np.testing.assert_allclose(t[0], np.asarray(r), atol=TOL, rtol=0)
+    ref = (jnp.asarray(syn0), jnp.asarray(syn1))
+    if period == 1:  # the single-device oracle on the union batch
+        scale = lr / num_parts if merge == "mean" else lr
+        for s in range(steps):
+            neg = jnp.concatenate(
+                [_negatives(key, s, d, accept, alias, BATCH) for d in range(num_parts)]
+            )
+            flat = [a[:, s].reshape(-1) for a in (ins, outs, w)]
+            ref = update(*ref, flat[0], flat[1], neg, flat[2], scale)[:2]
+    else:  # P replicas, merged every `period` steps
+        for s in range(0, steps, period):
+            reps = []
+            for dev in range(num_parts):
+                r = ref
+                for j in range(period):
+                    neg = _negatives(key, s + j, dev, accept, alias, BATCH)
+                    batch = (_interleaved(a, dev, s, period, j) for a in (ins, outs, w))
+                    r = capped_update(*r, *batch, neg, lr, cap)[:2]
+                reps.append(r)
+            if merge == "mean":
+                ref = tuple(jnp.mean(jnp.stack([r[i] for r in reps]), 0) for i in range(2))
+            else:
+                ref = tuple(ref[i] + sum(r[i] - ref[i] for r in reps) for i in range(2))
+    for t, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(t[0], np.asarray(r), atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize("num_parts", [4])
