@@ -50,6 +50,11 @@ def num_rows_arg(text: str) -> int | float:
         return float(text)
 
 
+def row_cap_arg(text: str) -> int | None:
+    """``--row-cap``: a positive integer, or ``none``."""
+    return None if text.lower() == "none" else int(text)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jaxgraph", description=__doc__.splitlines()[0])
     p.add_argument(
@@ -139,37 +144,52 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--dataset", default="blogcatalog", help="bundled dataset, or 'sbm'")
     ep.add_argument("--nodes", type=int, default=2000, help="size of the 'sbm' graph")
     ep.add_argument("--method", default="felog", help="felog, deepwalk or node2vec")
+    ep.add_argument(
+        "--preset",
+        default="published",
+        help="defaults of every option below: published (DeepWalk's published settings: 10 "
+        "rounds of one walk of 80 per node, window 10, d 128, 5 negatives, word2vec's linear "
+        "learning-rate decay) or cpu (walks of 40, window 5, per-round decay: the experiments' "
+        "CPU-sized runs); an option given on the command line overrides its preset value",
+    )
     ep.add_argument("--walker", help="walks of --method felog: deepwalk (default) or node2vec")
-    ep.add_argument("--dim", type=int, default=128)
-    ep.add_argument("--window", type=int, default=10)
-    ep.add_argument("--negatives", type=int, default=5)
-    ep.add_argument("--sample", type=float, default=1e-3)
-    ep.add_argument("--counts", default="corpus", help="corpus or degree")
-    ep.add_argument("--walk-length", type=int, default=80)
-    ep.add_argument("--walks-per-node", type=int, default=1, help="per round")
-    ep.add_argument("--rounds", type=int, default=10, help="max (felog) or fixed rounds")
-    ep.add_argument("--p", type=float, default=1.0, help="node2vec return parameter")
-    ep.add_argument("--q", type=float, default=1.0, help="node2vec in-out parameter")
-    ep.add_argument("--mu", type=float, default=0.65)
-    ep.add_argument("--neighbors", type=int, default=30, help="k_s of the feedback")
+    ep.add_argument("--dim", type=int)
+    ep.add_argument("--window", type=int)
+    ep.add_argument("--negatives", type=int)
+    ep.add_argument("--sample", type=float)
+    ep.add_argument("--counts", help="corpus or degree")
+    ep.add_argument("--walk-length", type=int)
+    ep.add_argument("--walks-per-node", type=int, help="per round")
+    ep.add_argument("--rounds", type=int, help="max (felog) or fixed rounds")
+    ep.add_argument("--p", type=float, help="node2vec return parameter")
+    ep.add_argument("--q", type=float, help="node2vec in-out parameter")
+    ep.add_argument("--mu", type=float)
+    ep.add_argument("--neighbors", type=int, help="k_s of the feedback")
     ep.add_argument("--stop-ratio", type=float)
-    ep.add_argument("--reactivate", action="store_true")
-    ep.add_argument("--warmup-rounds", type=int, default=0)
-    ep.add_argument("--center", action="store_true", help="feedback on mean-centred vectors")
-    ep.add_argument("--lr", type=float, default=0.025)
-    ep.add_argument("--lr-decay", type=float, default=0.1)
+    ep.add_argument("--reactivate", action="store_true", default=None)
+    ep.add_argument("--warmup-rounds", type=int)
+    ep.add_argument(
+        "--center", action="store_true", default=None, help="feedback on mean-centred vectors"
+    )
+    ep.add_argument("--lr", type=float)
+    ep.add_argument("--lr-decay", type=float)
     ep.add_argument(
         "--lr-schedule",
-        default="round",
         help="round (alpha_0 e^(-decay r) per round), linear (also decays within each round) "
         "or global (one linear decay over all rounds, as word2vec)",
     )
-    ep.add_argument("--batch-size", type=int, default=1024)
-    ep.add_argument("--sync-every", type=int, default=64)
-    ep.add_argument("--merge", default="mean", help="replica merge: mean or sum")
+    ep.add_argument("--batch-size", type=int)
+    ep.add_argument(
+        "--row-cap",
+        type=row_cap_arg,
+        default=argparse.SUPPRESS,
+        help="a row met k times in a step moves by min(1, cap/k) times the sum of its updates "
+        "(default 4); none: the plain sum",
+    )
+    ep.add_argument("--sync-every", type=int)
+    ep.add_argument("--merge", help="replica merge: mean or sum")
     ep.add_argument(
         "--pairs",
-        default="host",
         help="where skip-gram pairs are built: host (moved to the devices) or device (the walks "
         "move; same pairs)",
     )
@@ -205,6 +225,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--shuffles", type=int, default=2)
     ep.add_argument("--retrieval", action="store_true", help="also FAISS Hit/MRR/nDCG@K")
     ep.add_argument("--out", help="directory for embedding.npy, rounds.jsonl, eval.json")
+    ep.add_argument(
+        "--on-unhealthy",
+        help="a round whose loss per pair or largest row norm leaves its healthy range: warn "
+        "(default), stop or ignore (jaxgraph.embed.health)",
+    )
+    ep.add_argument("--max-norm", type=float, help="the largest healthy row norm (default 100)")
     ep.add_argument("--quiet", action="store_true")
     _add_distributed_args(ep)
     return p

@@ -173,3 +173,23 @@ ALL_CASES: dict[str, Callable[[], Graph]] = {
     "random_directed": functools.partial(random_graph, 100, 5.0, seed=8, directed=True),
 }
 """Name -> zero-argument factory of every shared test graph."""
+
+
+def star(leaves: int = 400, seed: int = 7) -> Graph:
+    """One hub joined to ``leaves`` leaves: every walk alternates hub, leaf, hub, ..., so the
+    hub is in half of all skip-gram pairs and each leaf-hub edge recurs within a walk."""
+    src = np.zeros(leaves, np.int64)
+    dst = np.arange(1, leaves + 1)
+    return _attributed(src, dst, num_nodes=leaves + 1, name="star", seed=seed)
+
+
+def caterpillar(hubs: int = 8, leaves: int = 60, seed: int = 8) -> Graph:
+    """A ring of ``hubs`` hubs, each with ``leaves`` leaves of degree 1: walks bounce on the
+    leaf-hub edges and cross between hubs along the ring."""
+    ring = np.arange(hubs)
+    src = [ring, np.repeat(ring, leaves)]
+    dst = [(ring + 1) % hubs, hubs + np.arange(hubs * leaves)]
+    return _attributed(
+        np.concatenate(src), np.concatenate(dst), num_nodes=hubs * (leaves + 1), name="caterpillar",
+        seed=seed,
+    )

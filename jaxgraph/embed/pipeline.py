@@ -44,9 +44,11 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import queue
 import threading
 import time
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +59,7 @@ import numpy as np
 
 from jaxgraph.embed.compress import CompressedWalks, raw_bytes
 from jaxgraph.embed.feedback import update_active_set
+from jaxgraph.embed.health import UnhealthyTraining
 from jaxgraph.embed.walks import Walks, random_walks
 
 Mode = Literal["sequential", "overlapped", "deterministic"]
@@ -355,11 +358,12 @@ class RoundRunner:
             next_active=corpus.active,
             source_round=corpus.source_round,
             train_input_bytes=stats.input_bytes,
+            max_norm=stats.max_norm,
         )
         if self.codec is not None:
             entry.walk_bytes_raw, entry.walk_bytes_sent = raw, sent
             entry.seconds_codec = seconds_codec
-        stop = False
+        stop = self._check_health(entry)
         t2 = time.perf_counter()
         if cfg.uses_feedback:
             step = update_active_set(
@@ -373,7 +377,7 @@ class RoundRunner:
             )
             entry.evaluated, entry.psi_mean = step.evaluated, step.psi_mean
             entry.reactivated, entry.next_active = step.reactivated, int(step.active.size)
-            if step.stop:
+            if step.stop and not stop:
                 stop = True
                 self.stop_reason = "active_set_empty" if step.active.size == 0 else "stop_ratio"
             with self.cond:
@@ -392,6 +396,26 @@ class RoundRunner:
             self.save_state(r, stop)
             self._span(r, "state_ckpt", t)
         return stop
+
+    def _check_health(self, entry) -> bool:
+        """Warns when the round left its healthy range (:mod:`jaxgraph.embed.health`);
+        returns whether the run stops here (a non-finite loss, or ``action="stop"``)."""
+        health = self.config.health
+        problems = health.problems(entry.loss, entry.max_norm, self.config.sgns.negatives)
+        if not problems or health.action == "ignore" and math.isfinite(entry.loss):
+            return False
+        fatal = not math.isfinite(entry.loss)
+        stops = fatal or health.action == "stop"
+        warnings.warn(
+            f"round {entry.round}: " + "; ".join(problems) + (
+                " (the run stops here)" if stops else ""
+            ),
+            UnhealthyTraining,
+            stacklevel=2,
+        )
+        if stops:
+            self.stop_reason = "non_finite_loss" if fatal else "unhealthy"
+        return stops
 
     # .............................................................. train state
 

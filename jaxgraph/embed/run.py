@@ -36,6 +36,7 @@ from jax.sharding import Mesh
 
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
+from jaxgraph.embed.health import HealthCheck
 from jaxgraph.embed.pipeline import PipelineConfig, RoundRunner, Span, latest_state, run_rounds
 from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer, TableSync
 from jaxgraph.embed.walks import WalkConfig, out_csr
@@ -64,17 +65,20 @@ class EmbedConfig:
         ``AllSync(sgns.merge)``), e.g. :class:`jaxgraph.embed.sync.HotspotSync`.
       pipeline: the RiPP schedule (:class:`~jaxgraph.embed.pipeline.PipelineConfig`); None is
         the sequential loop with no lag (each round walks from the previous round's feedback).
+      health: the healthy range of a round's loss per pair and largest row norm, and whether a
+        round outside it warns or ends the run (:mod:`jaxgraph.embed.health`).
     """
 
     method: Method = "felog"
     walk: WalkConfig = WalkConfig()
-    sgns: SkipGramConfig = SkipGramConfig()
+    sgns: SkipGramConfig = SkipGramConfig(lr_schedule="global")
     feedback: FeedbackConfig = FeedbackConfig()
     rounds: int = 10
     seed: int = 0
     compress: FabcConfig | None = None
     sync: TableSync | None = None
     pipeline: PipelineConfig | None = None
+    health: HealthCheck = HealthCheck()
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -141,6 +145,7 @@ class RoundLog:
     # walk rows (sgns.pairs="device"; 0 for walks decoded on the device, whose compressed
     # corpus is walk_bytes_sent).
     train_input_bytes: int = 0
+    max_norm: float = float("nan")  # the largest row norm of syn0 and syn1 after the round
 
 
 @dataclasses.dataclass
@@ -151,7 +156,9 @@ class EmbedResult:
       syn0: ``f32[N, d]`` input vectors (the embedding), after a final full average.
       syn1: ``f32[N, d]`` output (context) vectors.
       rounds: per-round log.
-      stop_reason: ``"max_rounds"``, ``"active_set_empty"`` or ``"stop_ratio"``.
+      stop_reason: ``"max_rounds"``, ``"active_set_empty"``, ``"stop_ratio"``,
+        ``"unhealthy"`` (a round left its healthy range under ``health.action="stop"``) or
+        ``"non_finite_loss"``.
       seconds: wall time of the round loop (compilation excluded; with a pipelined schedule,
         less than the sum of the operators' times).
       seconds_compile: compile time before the first round.
@@ -370,6 +377,68 @@ def _table_sync(
     raise ValueError(f"unknown sync {name!r}; expected all, hotspot or random")
 
 
+# Command-line options and the config field each sets: (section of EmbedConfig or None, field).
+_OPTIONS = {
+    "walk_length": ("walk", "walk_length"),
+    "walks_per_node": ("walk", "walks_per_node"),
+    "p": ("walk", "p"),
+    "q": ("walk", "q"),
+    **{
+        k: ("sgns", k)
+        for k in (
+            "dim", "window", "negatives", "sample", "counts", "lr", "lr_decay", "lr_schedule",
+            "batch_size", "sync_every", "merge", "pairs",
+        )
+    },
+    "mu": ("feedback", "mu"),
+    "neighbors": ("feedback", "num_neighbors"),
+    "stop_ratio": ("feedback", "stop_ratio"),
+    "reactivate": ("feedback", "reactivate"),
+    "warmup_rounds": ("feedback", "warmup_rounds"),
+    "center": ("feedback", "center"),
+    "on_unhealthy": ("health", "action"),
+    "max_norm": ("health", "max_norm"),
+    "rounds": (None, "rounds"),
+    "seed": (None, "seed"),
+}
+PRESETS = ("published", "cpu")
+
+
+def preset(name: str, method: Method = "felog") -> EmbedConfig:
+    """The defaults of a run by name: ``"published"`` (:class:`EmbedConfig`'s own defaults,
+    DeepWalk's published settings) or ``"cpu"`` (:func:`cpu_config`)."""
+    if name == "published":
+        kind = "node2vec" if method == "node2vec" else "deepwalk"
+        return EmbedConfig(method=method, walk=WalkConfig(kind=kind))
+    if name == "cpu":
+        return cpu_config(method)
+    raise ValueError(f"unknown --preset {name!r}; expected one of {', '.join(PRESETS)}")
+
+
+def config_from_args(args) -> EmbedConfig:
+    """The :class:`EmbedConfig` of a ``jaxgraph embed`` command line: the preset's values,
+    with every option given on the command line in place of its own."""
+    method = args.method
+    if method == "deepwalk" and args.walker not in (None, "deepwalk"):
+        raise ValueError("--walker applies to --method felog only")
+    cfg = preset(args.preset, method)
+    sections: dict[str | None, dict[str, Any]] = {}
+    for option, (section, field) in _OPTIONS.items():
+        value = getattr(args, option)
+        if value is not None:
+            sections.setdefault(section, {})[field] = value
+    if method == "felog" and args.walker is not None:
+        sections.setdefault("walk", {})["kind"] = args.walker
+    if "row_cap" in vars(args):  # absent unless given (None is "none": the plain sum)
+        sections.setdefault("sgns", {})["row_cap"] = args.row_cap
+    changes = sections.pop(None, {})
+    for section, fields in sections.items():
+        changes[section] = dataclasses.replace(getattr(cfg, section), **fields)
+    cfg = cfg.replace(**changes)
+    sync = _table_sync(args.sync, cfg.sgns.merge, args.full_every, args.hotness, args.sync_rows)
+    return cfg.replace(sync=sync)
+
+
 def run_cli(args) -> dict[str, Any]:
     """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
 
@@ -380,45 +449,7 @@ def run_cli(args) -> dict[str, Any]:
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.mesh import make_mesh
 
-    method = args.method
-    kind = "node2vec" if method == "node2vec" else (args.walker or "deepwalk")
-    if method == "deepwalk" and args.walker not in (None, "deepwalk"):
-        raise ValueError("--walker applies to --method felog only")
-    cfg = EmbedConfig(
-        method=method,
-        walk=WalkConfig(
-            kind=kind,
-            walk_length=args.walk_length,
-            walks_per_node=args.walks_per_node,
-            p=args.p,
-            q=args.q,
-        ),
-        sgns=SkipGramConfig(
-            dim=args.dim,
-            window=args.window,
-            negatives=args.negatives,
-            sample=args.sample,
-            counts=args.counts,
-            lr=args.lr,
-            lr_decay=args.lr_decay,
-            lr_schedule=args.lr_schedule,
-            batch_size=args.batch_size,
-            sync_every=args.sync_every,
-            merge=args.merge,
-            pairs=args.pairs,
-        ),
-        feedback=FeedbackConfig(
-            mu=args.mu,
-            num_neighbors=args.neighbors,
-            stop_ratio=args.stop_ratio,
-            reactivate=args.reactivate,
-            warmup_rounds=args.warmup_rounds,
-            center=args.center,
-        ),
-        rounds=args.rounds,
-        seed=args.seed,
-        sync=_table_sync(args.sync, args.merge, args.full_every, args.hotness, args.sync_rows),
-    )
+    cfg = config_from_args(args)
     task = args.task
     if task not in ("auto", "lp", "nc", "none"):
         raise ValueError(f"unknown task {task!r}; expected auto, lp, nc or none")
@@ -438,13 +469,17 @@ def run_cli(args) -> dict[str, Any]:
         if not args.quiet:
             print(
                 f"round {r.round}: active {r.active}, walks {r.walks}, pairs {r.pairs}, "
-                f"loss {r.loss:.4f}, {r.seconds:.2f}s, next active {r.next_active}",
+                f"loss/pair {r.loss:.4f}, max row norm {r.max_norm:.3g}, {r.seconds:.2f}s, "
+                f"next active {r.next_active}",
                 flush=True,
             )
 
     result = embed(train_graph, cfg, mesh, log=progress)
     evaluation: dict[str, Any] = {"task": task}
     if task == "lp":
+        # The headline is the dot product, the score that DeepWalk, GraphVite and
+        # PyTorch-BigGraph rank links by; cosine is reported beside it.
+        evaluation["headline"] = "auc_dot"
         for score in ev.SCORES:
             evaluation[f"auc_{score}"] = ev.link_prediction_auc(
                 split, result.syn0, score, result.syn1
@@ -461,7 +496,7 @@ def run_cli(args) -> dict[str, Any]:
             evaluation["retrieval"] = ev.label_retrieval(result.syn0, graph.labels, seed=args.seed)
     summary = {
         "dataset": args.dataset,
-        "method": method,
+        "method": cfg.method,
         "parts": args.parts,
         **result.summary(),
         "evaluation": evaluation,

@@ -1,0 +1,73 @@
+"""Whether a round of skip-gram training stayed in its healthy range.
+
+Two figures of every round (:class:`jaxgraph.embed.run.RoundLog`) say whether SGNS is training
+or diverging:
+
+* **loss per pair**: ``-log sigmoid(s.o_0) - sum_k log sigmoid(-s.o_k)``. The untrained tables
+  (``syn1 = 0``, word2vec's initialisation) score every pair at ``(K + 1) ln 2`` (4.16 for
+  ``K = 5``), and training lowers it (2-3 on the bundled graphs). A round whose mean is above
+  that trained the tables into something worse than no training.
+* **the largest row norm** of ``syn0`` and ``syn1``. Healthy tables stay below about 10 at
+  ``d = 128`` (gensim's DeepWalk on ca-AstroPh: 6.8). A dot product of two rows of norm 100
+  can reach ``10^4``, where ``sigmoid`` is 0 or 1 in float32 and the gradient vanishes, so a
+  row that grows past it no longer trains: it only distorts dot-product scores.
+
+A round outside either range is reported (a :class:`UnhealthyTraining` warning naming the
+round, the figure and its bound) and, with ``action="stop"``, ends the run. A non-finite loss
+always ends it: nothing is trained through a NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+ACTIONS = ("warn", "stop", "ignore")
+
+
+class UnhealthyTraining(RuntimeWarning):
+    """A round of SGNS left its healthy range (see :mod:`jaxgraph.embed.health`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthCheck:
+    """The healthy range of a round and what happens outside it.
+
+    Attributes:
+      max_norm: the largest row norm of a healthy table.
+      max_loss: the largest healthy loss per pair; None: ``(K + 1) ln 2``, the loss of the
+        untrained tables.
+      action: ``"warn"`` (default), ``"stop"`` (warn and end the run after the round) or
+        ``"ignore"``.
+    """
+
+    max_norm: float = 100.0
+    max_loss: float | None = None
+    action: Literal["warn", "stop", "ignore"] = "warn"
+
+    def __post_init__(self):
+        if not self.max_norm > 0:
+            raise ValueError(f"max_norm must be positive, got {self.max_norm}")
+        if self.max_loss is not None and not self.max_loss > 0:
+            raise ValueError(f"max_loss must be positive or None, got {self.max_loss}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"action must be one of {ACTIONS}, got {self.action!r}")
+
+    def loss_bound(self, negatives: int) -> float:
+        return (negatives + 1) * math.log(2) if self.max_loss is None else self.max_loss
+
+    def problems(self, loss: float, max_norm: float, negatives: int) -> list[str]:
+        """What is out of range in a round with this ``loss`` per pair and largest row norm
+        (empty when healthy; a NaN norm is a round that trained nothing and is not checked)."""
+        out = []
+        if not math.isfinite(loss):
+            out.append(f"loss per pair is {loss}")
+        elif loss > self.loss_bound(negatives):
+            out.append(
+                f"loss per pair {loss:.4g} is above {self.loss_bound(negatives):.4g} (the "
+                f"untrained tables' loss with {negatives} negatives)"
+            )
+        if max_norm > self.max_norm:
+            out.append(f"largest row norm {max_norm:.4g} is above {self.max_norm:g}")
+        return out
