@@ -187,7 +187,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "(default 4); none: the plain sum",
     )
     ep.add_argument("--sync-every", type=int)
-    ep.add_argument("--merge", help="replica merge: mean or sum")
+    ep.add_argument(
+        "--merge",
+        help="replica merge: mean, sum or touched (each row takes the mean change of the "
+        "replicas that changed it)",
+    )
     ep.add_argument(
         "--pairs",
         help="where skip-gram pairs are built: host (moved to the devices) or device (the walks "

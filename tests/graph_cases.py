@@ -190,6 +190,9 @@ def caterpillar(hubs: int = 8, leaves: int = 60, seed: int = 8) -> Graph:
     src = [ring, np.repeat(ring, leaves)]
     dst = [(ring + 1) % hubs, hubs + np.arange(hubs * leaves)]
     return _attributed(
-        np.concatenate(src), np.concatenate(dst), num_nodes=hubs * (leaves + 1), name="caterpillar",
+        np.concatenate(src),
+        np.concatenate(dst),
+        num_nodes=hubs * (leaves + 1),
+        name="caterpillar",
         seed=seed,
     )

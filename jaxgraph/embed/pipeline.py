@@ -407,9 +407,9 @@ class RoundRunner:
         fatal = not math.isfinite(entry.loss)
         stops = fatal or health.action == "stop"
         warnings.warn(
-            f"round {entry.round}: " + "; ".join(problems) + (
-                " (the run stops here)" if stops else ""
-            ),
+            f"round {entry.round}: "
+            + "; ".join(problems)
+            + (" (the run stops here)" if stops else ""),
             UnhealthyTraining,
             stacklevel=2,
         )

@@ -386,8 +386,18 @@ _OPTIONS = {
     **{
         k: ("sgns", k)
         for k in (
-            "dim", "window", "negatives", "sample", "counts", "lr", "lr_decay", "lr_schedule",
-            "batch_size", "sync_every", "merge", "pairs",
+            "dim",
+            "window",
+            "negatives",
+            "sample",
+            "counts",
+            "lr",
+            "lr_decay",
+            "lr_schedule",
+            "batch_size",
+            "sync_every",
+            "merge",
+            "pairs",
         )
     },
     "mu": ("feedback", "mu"),

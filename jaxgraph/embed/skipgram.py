@@ -119,8 +119,9 @@ class SkipGramConfig:
         times their sum (module docstring); None sums them (word2vec's first order, unstable
         on hub-heavy graphs).
       sync_every: steps between two table syncs (a round always ends with a full merge).
-      merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync) or ``"sum"``
-        (every replica's change counts fully); see :func:`merge_rows`.
+      merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync), ``"sum"``
+        (every replica's change counts fully) or ``"touched"`` (each row takes the mean change
+        of the replicas that changed it); see :func:`merge_rows`.
       block_pairs: memory bound: walks are cut into blocks of about this many pairs.
       pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
         devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each
@@ -140,7 +141,7 @@ class SkipGramConfig:
     batch_size: int = 1024
     row_cap: int | None = 4
     sync_every: int = 64
-    merge: Literal["mean", "sum"] = "mean"
+    merge: Merge = "mean"
     block_pairs: int = 1 << 23
     pairs: Literal["host", "device"] = "host"
 
@@ -156,8 +157,7 @@ class SkipGramConfig:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if self.schedule_rounds is not None and self.schedule_rounds < 1:
             raise ValueError(f"schedule_rounds must be >= 1, got {self.schedule_rounds}")
-        if self.merge not in ("mean", "sum"):
-            raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+        check_merge(self.merge)
         if self.pairs not in ("host", "device"):
             raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
         if self.pairs == "device" and self.window > MAX_WINDOW:
@@ -370,21 +370,59 @@ class TableSync(Protocol):
     def rows(self, num_nodes: int) -> int: ...
 
 
-Merge = Literal["mean", "sum"]
+Merge = Literal["mean", "sum", "touched"]
+MERGES = ("mean", "sum", "touched")
+
+
+def check_merge(merge: str) -> None:
+    """Raises a ValueError naming the allowed rules unless ``merge`` is one of :data:`MERGES`."""
+    if merge not in MERGES:
+        raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge!r}")
+
+
+def merge_block(t: jax.Array, a: jax.Array | None, merge: Merge, *, axis_name: str) -> jax.Array:
+    """Merges one block of rows across ``axis_name`` (``t``: this replica's rows, ``a``: their
+    anchor, the value at the last merge): ``f32[R, d] -> f32[R, d]`` (replicated).
+
+    ``"mean"``: ``pmean(t)``. ``"sum"``: ``a + psum(t - a)``. ``"touched"``: ``a + psum(t - a)
+    / k`` with ``k`` the number of replicas whose row changed since the anchor (at least 1).
+    """
+    if merge == "mean":
+        return jax.lax.pmean(t, axis_name)
+    if a is None:
+        raise ValueError(f"merge={merge!r} needs the anchor tables")
+    delta = t - a  # f32[R, d]
+    total = jax.lax.psum(delta, axis_name)
+    if merge == "sum":
+        return a + total
+    changed = jnp.any(delta != 0, axis=-1).astype(t.dtype)  # f32[R]
+    k = jnp.maximum(jax.lax.psum(changed, axis_name), 1.0)
+    return a + total / k[:, None]
 
 
 def merge_rows(tables: Tables, anchor: Tables | None, merge: Merge, *, axis_name: str):
-    """Merges whole tables across ``axis_name``: ``Tables[N, d] -> Tables[N, d]`` (replicated).
+    """Merges whole tables across ``axis_name``: ``Tables[N, d] -> Tables[N, d]`` (replicated),
+    and returns the new anchor (None for ``"mean"``, which needs none).
 
     ``"mean"``: ``pmean`` (model averaging; each replica's update counts ``1/P``).
     ``"sum"``: ``anchor + psum(tables - anchor)``: every replica's update counts fully, so
     ``P`` replicas merged after every step equal one device on the union of their batches.
+    ``"touched"``: each row takes the mean of the changes of the replicas that changed it: a
+    row trained on one replica keeps its whole change (as ``"sum"``), a hub trained on all
+    ``P`` takes the mean of their changes (as ``"mean"``), so no row's merged step is ``P``
+    steps computed from one stale value (``"sum"`` diverges on hub-heavy graphs at 4 and more
+    replicas).
     """
     if merge == "mean":
-        return Tables(*(jax.lax.pmean(t, axis_name) for t in tables)), anchor
+        return Tables(*(merge_block(t, None, merge, axis_name=axis_name) for t in tables)), anchor
     if anchor is None:
-        raise ValueError("merge='sum' needs the anchor tables")
-    new = Tables(*(a + jax.lax.psum(t - a, axis_name) for t, a in zip(tables, anchor, strict=True)))
+        raise ValueError(f"merge={merge!r} needs the anchor tables")
+    new = Tables(
+        *(
+            merge_block(t, a, merge, axis_name=axis_name)
+            for t, a in zip(tables, anchor, strict=True)
+        )
+    )
     return new, new
 
 
@@ -393,19 +431,18 @@ class AllSync:
     """Merges every row of ``syn0`` and ``syn1`` (the AllSync baseline of FeLoG §6.6).
 
     Attributes:
-      merge: ``"mean"`` (default; averaging all rows, as FeLoG / DistGER) or ``"sum"`` (adds
-        every replica's change since the last merge; see :func:`merge_rows`).
+      merge: ``"mean"`` (default; averaging all rows, as FeLoG / DistGER), ``"sum"`` (adds
+        every replica's change since the last merge) or ``"touched"``; see :func:`merge_rows`.
     """
 
     merge: Merge = "mean"
 
     def __post_init__(self):
-        if self.merge not in ("mean", "sum"):
-            raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+        check_merge(self.merge)
 
     @property
     def needs_anchor(self) -> bool:
-        return self.merge == "sum"
+        return self.merge != "mean"
 
     def __call__(self, tables, anchor, *, axis_name):
         return merge_rows(tables, anchor, self.merge, axis_name=axis_name)
@@ -527,8 +564,9 @@ def _train_buffered(
 ):
     """:func:`_train_chunk` on steps ``start .. start + num_steps`` of pair buffers held on
     the device (:func:`pairs_program`): the chunk is pairs ``start B .. (start + num_steps) B``
-    of this device's buffer (interleaved into steps as there), weight 0 from ``count`` on. ``updates`` accumulates the rows trained
-    (input and positive output row of every pair) per device.
+    of this device's buffer (interleaved into steps as there), weight 0 from ``count`` on.
+    ``updates`` accumulates the rows trained (input and positive output row of every pair) per
+    device.
 
     Shapes (per device):
       ``inputs, outputs: int32[1, M]`` with ``M >= (start + S) B``, ``count: int32[1]``,
@@ -745,9 +783,7 @@ class SkipGramTrainer:
         cap = config.row_cap
         self._train = Bounded(train_program(mesh, self.axis_name, config.negatives, cap), mesh)
         self._train_buffered = Bounded(
-            buffered_train_program(
-                mesh, self.axis_name, config.negatives, config.batch_size, cap
-            ),
+            buffered_train_program(mesh, self.axis_name, config.negatives, config.batch_size, cap),
             mesh,
         )
         self._full_sync = Bounded(

