@@ -24,27 +24,16 @@ import time  # noqa: E402
 
 import jax  # noqa: E402
 
-from jaxgraph.comm.strategy import GraphShard  # noqa: E402
-from jaxgraph.mesh import make_mesh  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
-from jaxgraph.train import DataConfig, OptimConfig, Trainer, make_optimizer  # noqa: E402
+from jaxgraph.train import DataConfig, assemble_run  # noqa: E402
 from jaxgraph.train.loop import load_graph, make_strategy  # noqa: E402
 
 
 def measure(graph, plan, method: str, model_name: str, parts: int) -> dict:
     model = make_model(model_name, hidden=64, out_dim=graph.num_classes, dropout=0.5)
-    strategy = make_strategy(method, model=model_name)
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        strategy,
-        make_mesh(parts),
-        num_train=int(graph.train_mask.sum()),
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    comm = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
-    state = trainer.create_state(jax.random.key(0), graph.num_features, comm)
+    run = assemble_run(graph, plan, make_strategy(method, model=model_name), model, parts)
+    trainer, shards, state = run.trainer, run.shards, run.state
     t0 = time.perf_counter()
     lowered = trainer.train_step.lower(state, shards)
     t1 = time.perf_counter()

@@ -53,8 +53,6 @@ import numpy as np  # noqa: E402
 
 from jaxgraph.comm.broadcast import broadcast_bytes  # noqa: E402
 from jaxgraph.comm.stale import Sancus, SkipG, decision_bytes, table_bytes  # noqa: E402
-from jaxgraph.comm.strategy import GraphShard  # noqa: E402
-from jaxgraph.mesh import make_mesh  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.partition.blockhalo import build_block_halo_plan  # noqa: E402
@@ -63,7 +61,7 @@ from jaxgraph.train import (  # noqa: E402
     ModelConfig,
     OptimConfig,
     TrainConfig,
-    Trainer,
+    assemble_run,
     make_optimizer,
     make_strategy,
     train,
@@ -115,7 +113,7 @@ def train_config(
 def plan_for(strategy, graph, parts: int, seed: int):
     """The plan ``train`` builds for ``strategy`` (METIS parts)."""
     p = partition_graph(graph, parts, method="metis", seed=seed)
-    if getattr(strategy, "layout", "halo") == "block":
+    if strategy.layout == "block":
         return build_block_halo_plan(graph, p, num_parts=parts)
     return build_halo_plan(graph, p, num_parts=parts)
 
@@ -126,7 +124,7 @@ def static_bytes(strategy, plan, dims, *, epochs: int, dropout: float) -> dict[s
     the first; NaN for SkipG, whose reductions are what it skips), ``control`` (decision
     tables) and ``layer0`` (the first layer's forward, known from Sancus's exact rule)."""
     p = plan.num_parts
-    if getattr(strategy, "layout", "halo") != "block":  # PipeGCN: the ring, both passes
+    if strategy.layout != "block":  # PipeGCN: the ring, both passes
         backward = sum(plan.bytes_moved(f) for f in dims[1:])
         return {"backward": backward, "control": 0.0, "layer0": plan.bytes_moved(dims[0])}
     block = [p * broadcast_bytes((plan.num_local_rows, f), p)[1] for f in dims]
@@ -168,7 +166,7 @@ def run_one(args, graph, dataset: str, layers: int, parts: int, method: str, see
         "layers": layers,
         "parts": parts,
         "method": method,
-        "layout": getattr(strategy, "layout", "halo"),
+        "layout": strategy.layout,
         "seed": cfg.seed,
         "epochs": args.epochs,
         "test_acc": 100 * summary["test_at_best"],
@@ -306,16 +304,17 @@ def broadcast_schedule(args, graph, method: str, layers: int, parts: int) -> np.
         num_layers=layers,
         dropout=args.dropout,
     )
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig(learning_rate=0.01, weight_decay=5e-4)),
+    run = assemble_run(
+        graph,
+        plan,
         strategy,
-        make_mesh(parts),
-        num_train=int(graph.train_mask.sum()),
+        model,
+        parts,
+        seed=args.seeds[0],
+        optimizer=make_optimizer(OptimConfig(learning_rate=0.01, weight_decay=5e-4)),
+        local_grad_clip=None,  # the schedule of the broadcasts alone, unclipped
     )
-    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    comm = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
-    state = trainer.create_state(jax.random.key(args.seeds[0]), graph.num_features, comm)
+    trainer, shards, state = run.trainer, run.shards, run.state
     out = np.zeros((layers - 1, args.epochs, parts), bool)
     for e in range(1, args.epochs + 1):
         state, _ = trainer.train_step(state, shards)

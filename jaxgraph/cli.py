@@ -260,10 +260,46 @@ def _add_distributed_args(parser) -> None:
     )
 
 
+# Training options that apply to some methods only: the option's attribute -> the methods
+# (by family, see _method_family) whose strategy reads it.
+_METHOD_OPTIONS = {
+    "lam": ("adaqp",),
+    "group_size": ("adaqp",),
+    "interconnect": ("adaqp",),
+    "assign_solver": ("adaqp",),
+    "lookahead": ("adaqp",),
+    "widths": ("adaqp", "quant-random"),
+    "exchange_chunks": ("adaqp", "quant-random"),
+    "assign_period": ("adaqp", "quant-random"),
+    "no_compile_ahead": ("adaqp", "quant-random"),
+}
+
+
+def _method_family(method: str) -> str:
+    """``adaqp``, ``quant-random``, or the method's own name (``sancus-h0.04`` -> ``sancus``)."""
+    if method in ("adaqp", "quant-random"):
+        return method
+    return method.split("-")[0]
+
+
+def _check_options_apply(args, method: str) -> None:
+    """A method-specific option given with a method that does not read it is an error naming
+    both (it would otherwise be silently ignored)."""
+    for option, methods in _METHOD_OPTIONS.items():
+        if getattr(args, option) in (None, False):
+            continue
+        if _method_family(method) not in methods:
+            flag = "--" + option.replace("_", "-")
+            raise ValueError(
+                f"{flag} applies to --method {' or '.join(methods)} only, not {method!r}"
+            )
+
+
 def _train_config(args):
     from jaxgraph.train import TrainConfig, load_config
 
     cfg = load_config(args.config) if args.config else TrainConfig()
+    _check_options_apply(args, args.method or cfg.method)
     data = {k: v for k, v in (("name", args.dataset), ("num_nodes", args.nodes)) if v is not None}
     model = {
         k: v

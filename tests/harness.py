@@ -9,30 +9,18 @@ import subprocess
 import time
 from collections.abc import Callable
 
-import jax
 import pytest
 
-from jaxgraph.comm.strategy import GraphShard
-from jaxgraph.mesh import make_mesh
-from jaxgraph.train import OptimConfig, Trainer, make_optimizer
+from jaxgraph.train import assemble_run
 
 
 def setup_training(graph, plan, strategy, model, num_parts: int, *, seed: int, **trainer_kw):
-    """``(trainer, shards, state)``: a Trainer (default Adam) of ``model`` and ``strategy`` on
-    ``num_parts`` devices, ``graph``'s shards of ``plan`` placed on its mesh, and a state
-    holding ``strategy``'s initial ``comm_state``, its parameters drawn from ``seed``."""
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        strategy,
-        make_mesh(num_parts),
-        num_train=int(graph.train_mask.sum()),
-        **trainer_kw,
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    comm = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
-    state = trainer.create_state(jax.random.key(seed), graph.num_features, comm)
-    return trainer, shards, state
+    """``(trainer, shards, state)`` of :func:`jaxgraph.train.assemble_run`: a Trainer (default
+    Adam) of ``model`` and ``strategy`` on ``num_parts`` devices, ``graph``'s shards of
+    ``plan`` placed on its mesh, and a state holding ``strategy``'s initial ``comm_state``, its
+    parameters drawn from ``seed``."""
+    run = assemble_run(graph, plan, strategy, model, num_parts, seed=seed, **trainer_kw)
+    return run.trainer, run.shards, run.state
 
 
 def kill_when(

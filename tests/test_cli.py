@@ -102,6 +102,34 @@ def test_errors_exit_2_with_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "method, option",
+    [
+        ("vanilla", ["--lam", "0.5"]),
+        ("vanilla", ["--widths", "2", "4"]),
+        ("quant-4", ["--exchange-chunks", "2"]),
+        ("quant-2", ["--assign-period", "5"]),
+        ("quant-random", ["--interconnect", "10gbe"]),
+        ("quant-random", ["--lookahead", "2"]),
+        ("adaqp", ["--epochs", "1", "--group-size", "0"]),  # applies: its own range error
+        ("pipegcn-fg", ["--assign-solver", "frontier"]),
+        ("cagnet", ["--group-size", "100"]),
+        ("sancus-h0.04", ["--assign-period", "10"]),
+        ("skipg", ["--no-compile-ahead"]),
+    ],
+)
+def test_an_option_of_another_method_is_an_error(method, option, capsys):
+    """Checked before any data is read (the dataset does not exist)."""
+    argv = ["train", "--dataset", "nope", "--method", method, *option]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    if method == "adaqp":
+        assert "applies to" not in err
+        return
+    flag = option[0] if option[0] != "--epochs" else option[2]
+    assert f"{flag} applies to --method " in err and f"only, not {method!r}" in err, err
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_load(path):
     cfg = load_config(path)

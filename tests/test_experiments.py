@@ -248,3 +248,19 @@ def test_adaqp_table_projects_the_widths_the_run_used():
     cost = CostModel.from_preset("10gbe", 4)
     four = sum(projected_comm_time(plan, BitAssignment.uniform(plan, 2, 4), dims, cost).values())
     assert got["10gbe"] == pytest.approx(four, rel=1e-12)
+
+
+def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
+    out = tmp_path / "sgns.json"
+    text = _run(
+        "sgns_vs_gensim.py",
+        *("--dataset", "rmat", "--rmat-scale", "10", "--walks-per-node", "2", "--chunks", "2"),
+        *("--out", str(out)),
+    )
+    (run,) = json.loads(out.read_text())["runs"]
+    jax_ = run["jax"]
+    assert jax_["pairs"] > 0 and len(jax_["curve"]) == 2 and len(jax_["loss_per_pair"]) == 2
+    assert all(0.5 < c["dot"] <= 1 and 0.5 < c["cosine"] <= 1 for c in jax_["curve"])
+    assert "pairs/s" in text
+    if "gensim" in run:  # an optional benchmark dependency
+        assert 0.5 < run["gensim"]["dot"] <= 1 and run["gensim"]["pairs_per_s"] > 0

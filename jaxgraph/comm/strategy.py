@@ -9,7 +9,7 @@ calls :meth:`CommStrategy.exchange`.
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -125,6 +125,14 @@ class CommStrategy(abc.ABC):
     """
 
     name: str = "abstract"
+    # The plan the strategy runs on: "halo" (build_halo_plan: 1-hop halos on the ring) or
+    # "block" (build_block_halo_plan: every block row, CAGNET / Sancus / SkipG).
+    layout: ClassVar[str] = "halo"
+    # Local gradient clipping threshold the training step applies (Sancus), or None.
+    local_grad_clip: float | None = None
+    # What the last host-side update decided (epoch, widths, solver figures; AdaQP and random
+    # widths), for the loop's log; None for strategies that decide nothing on the host.
+    last_update: dict | None = None
     # True: the model exchanges a layer's input rows before its dropout, and drops out the
     # received halo rows with its own mask (PipeGCN); False: the rows travel after dropout.
     exchange_before_dropout: bool = False

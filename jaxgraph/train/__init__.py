@@ -1,8 +1,17 @@
 """Full-graph distributed training: state, programs, loop, checkpoints, configs."""
 
+from jaxgraph.train.build import (
+    METHODS,
+    Run,
+    assemble_run,
+    build_run,
+    load_graph,
+    make_optimizer,
+    make_strategy,
+)
 from jaxgraph.train.checkpoint import CheckpointError, restore_checkpoint, save_checkpoint
 from jaxgraph.train.config import DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
-from jaxgraph.train.loop import METHODS, load_graph, make_optimizer, make_strategy, train
+from jaxgraph.train.loop import train
 from jaxgraph.train.state import Trainer, TrainState
 
 __all__ = [
@@ -11,9 +20,12 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "OptimConfig",
+    "Run",
     "TrainConfig",
     "TrainState",
     "Trainer",
+    "assemble_run",
+    "build_run",
     "load_config",
     "load_graph",
     "make_optimizer",

@@ -15,16 +15,19 @@ from typing import Any
 
 import jax
 import numpy as np
-import optax
 from tqdm.auto import tqdm
 
-from jaxgraph.comm.adaptive import AssignConfig
-from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
+from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.distributed import check_same_on_all_processes, is_primary
 from jaxgraph.graph import Graph
-from jaxgraph.mesh import make_mesh
-from jaxgraph.models import make_model
-from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.train.build import (
+    METHODS,
+    build_run,
+    exchange_chunks,
+    load_graph,
+    make_optimizer,
+    make_strategy,
+)
 from jaxgraph.train.checkpoint import (
     latest_checkpoint,
     read_header,
@@ -32,121 +35,8 @@ from jaxgraph.train.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from jaxgraph.train.config import DataConfig, OptimConfig, TrainConfig
-from jaxgraph.train.state import Trainer, counts_to_score
-
-METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
-# 1D block-row methods (jaxgraph.comm.stale): Sancus takes any
-# "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]"; these are examples.
-METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04", "skipg")
-# Stale halo exchange on the ring (jaxgraph.comm.pipegcn).
-METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync")
-# The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
-# attention coefficients are data-dependent and take the mean aggregator's as a proxy.
-_MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
-SYNTHETIC = ("sbm", "rmat")
-
-
-def make_strategy(
-    method: str,
-    *,
-    period: int = 40,
-    seed: int = 0,
-    model: str = "gcn",
-    assign: AssignConfig | None = None,
-    chunks: int = 0,
-) -> CommStrategy:
-    """The communication strategy named ``method`` (one of :data:`METHODS`).
-
-    ``pipegcn[-f|-g|-fg|-sync]`` is PipeGCN (:mod:`jaxgraph.comm.pipegcn`); ``cagnet``,
-    ``sancus-...`` and ``skipg[-<Δ>][-w<warmup>]`` run on the block-row layout
-    (:func:`jaxgraph.comm.stale.make_block_strategy`).
-
-    ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
-    through the same path); ``quant-random`` draws a width from ``assign.widths`` (default
-    {2, 4, 8}) per message every ``period`` epochs; ``adaqp`` re-solves the widths every
-    ``period`` epochs from traced messages (settings ``assign``; ``model`` names the
-    aggregation that weighs them). For these two, ``chunks`` chooses the layout of the
-    exchange (:func:`jaxgraph.comm.quantized.bucket_state`): ``0`` re-jits the step for every
-    new assignment, ``J >= 1`` compiles one step for all of them.
-    """
-    if method == "vanilla":
-        return Vanilla()
-    if method == "adaqp":
-        from jaxgraph.comm.adaptive import Adaptive
-
-        return Adaptive(
-            assign or AssignConfig(),
-            period=period,
-            norm=_MODEL_NORM.get(model, "mean"),
-            seed=seed,
-            chunks=chunks,
-        )
-    if method.startswith("quant-") and method in METHODS:
-        from jaxgraph.comm.quantized import Quantized
-
-        bits = method.removeprefix("quant-")
-        if bits != "random":  # a fixed width ignores `chunks` and the candidate widths
-            return Quantized(int(bits), period=period, seed=seed)
-        widths = (assign or AssignConfig()).widths
-        return Quantized(bits, period=period, seed=seed, chunks=chunks, widths=widths)
-    if method.startswith("pipegcn"):
-        from jaxgraph.comm.pipegcn import make_pipegcn
-
-        return make_pipegcn(method)
-    if method == "cagnet" or method.startswith(("sancus-", "skipg")):
-        from jaxgraph.comm.stale import make_block_strategy
-
-        return make_block_strategy(method)
-    raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-
-
-def _exchange_chunks(config: TrainConfig) -> int:
-    """The exchange layout in force: ``exchange_chunks``, or the backend's default."""
-    if config.exchange_chunks is not None:
-        return config.exchange_chunks
-    from jaxgraph.comm.quantized import default_chunks
-
-    return default_chunks()
-
-
-def assignment_period(config: TrainConfig) -> int:
-    """Epochs per bit-assignment period: ``assign_period``, or ``epochs // 5`` (AdaQP)."""
-    return config.assign_period or max(config.epochs // 5, 1)
-
-
-def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-    """Adam with L2 weight decay added to the gradient (``torch.optim.Adam(weight_decay=)``
-    semantics, as in the reference GCN setup)."""
-    parts = [optax.add_decayed_weights(cfg.weight_decay)] if cfg.weight_decay else []
-    return optax.chain(*parts, optax.adam(cfg.learning_rate))
-
-
-def load_graph(cfg: DataConfig) -> Graph:
-    """A bundled dataset by name, or a synthetic graph (``sbm``, ``rmat``) of the given size."""
-    from jaxgraph.data import DATASETS, dc_sbm, load_dataset, rmat
-
-    if cfg.name == "sbm":
-        return dc_sbm(
-            cfg.num_nodes,
-            cfg.num_classes,
-            cfg.avg_degree,
-            num_features=cfg.num_features,
-            seed=cfg.seed,
-        )
-    if cfg.name == "rmat":
-        return rmat(
-            cfg.num_nodes,
-            int(cfg.num_nodes * cfg.avg_degree),
-            seed=cfg.seed,
-            num_features=cfg.num_features,
-            num_classes=cfg.num_classes,
-        )
-    if cfg.name not in DATASETS:
-        raise ValueError(
-            f"unknown dataset {cfg.name!r}; choose one of {', '.join(DATASETS + SYNTHETIC)}"
-        )
-    return load_dataset(cfg.name, seed=cfg.seed)
+from jaxgraph.train.config import TrainConfig
+from jaxgraph.train.state import counts_to_score
 
 
 @dataclasses.dataclass
@@ -173,54 +63,15 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     """
     if config.eval_every < 1:
         raise ValueError(f"eval_every must be at least 1, got {config.eval_every}")
-    strategy = make_strategy(
-        config.method,
-        period=assignment_period(config),
-        seed=config.seed,
-        model=config.model.name,
-        assign=config.assign,
-        chunks=_exchange_chunks(config),
+    run = build_run(config, graph)
+    graph, plan, strategy, trainer, shards = (
+        run.graph,
+        run.plan,
+        run.strategy,
+        run.trainer,
+        run.shards,
     )
-    graph = load_graph(config.data) if graph is None else graph
-    if config.parts > graph.num_nodes:
-        raise ValueError(
-            f"cannot split {graph.num_nodes} nodes of {graph.name!r} into {config.parts} parts"
-        )
-    mesh = make_mesh(config.parts)
-    if config.method == "adaqp" and config.assign.interconnect == "measure":
-        from jaxgraph.comm.costmodel import measure
-
-        # Transfer costs timed on this mesh: payloads from 64 KiB to 4 MiB per device pair.
-        strategy.cost = measure(mesh, (1 << 16, 1 << 20, 1 << 22), repeats=3)
-    parts = partition_graph(graph, config.parts, method=config.partition, seed=config.seed)
-    check_same_on_all_processes("the graph or its partition", graph.indptr, graph.indices, parts)
-    if getattr(strategy, "layout", "halo") == "block":  # CAGNET / Sancus / SkipG: all blocks
-        from jaxgraph.partition.blockhalo import build_block_halo_plan
-
-        plan = build_block_halo_plan(graph, parts, num_parts=config.parts)
-    else:
-        plan = build_halo_plan(graph, parts, num_parts=config.parts)
-
-    m = config.model
-    model = make_model(
-        m.name,
-        hidden=m.hidden,
-        out_dim=graph.num_classes,
-        num_layers=m.num_layers,
-        dropout=m.dropout,
-        layer_norm=m.layer_norm,
-        heads=m.heads,
-    )
-    trainer = Trainer(
-        model,
-        make_optimizer(config.optim),
-        strategy,
-        mesh,
-        num_train=int(graph.train_mask.sum()),
-        local_grad_clip=getattr(strategy, "local_grad_clip", None),  # Sancus only
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    layer_dims = model.layer_input_dims(graph.num_features)
+    layer_dims, m = run.layer_dims, config.model
 
     workdir = Path(config.workdir) if config.workdir else None
     ckpt_dir = workdir / "checkpoints" if workdir else None
@@ -231,13 +82,11 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         _check_same_run(path, header["config"], config)
         start_epoch = header["epoch"]
     check_same_on_all_processes("the checkpoint to resume from", np.int64(start_epoch))
-    if path is None:
-        comm_state = strategy.init_state(plan, layer_dims, epoch=start_epoch)
-    else:
+    state = run.state
+    if path is not None:
         saved = read_leaves(path, ".comm_state")
         comm_state = strategy.resume_state(plan, layer_dims, epoch=start_epoch, saved=saved)
-    state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
-    if path is not None:
+        state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
         state, header = restore_checkpoint(path, state)
         best = _Best(**header["best"])
     primary = is_primary()  # writes metrics, summary and checkpoints
@@ -368,7 +217,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
         "compiled_steps": len(compiled),
-        "exchange_chunks": _exchange_chunks(config),
+        "exchange_chunks": exchange_chunks(config),
         "compiled_ahead": used_ahead,
         # Re-assignments: the host-side decision (traces to the host, solve, new buffers) and
         # the compilation of the step for the new layout, in seconds and as wall-clock shares.
@@ -392,7 +241,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
 def _assignment_log(strategy: CommStrategy, epoch: int) -> dict[str, Any]:
     """What a strategy reports about the re-assignment it installed before ``epoch`` (widths
     per key, solver), if any."""
-    info = getattr(strategy, "last_update", None) or {}
+    info = strategy.last_update or {}
     if info.get("epoch", epoch) != epoch:
         return {}
     out = {}
