@@ -22,6 +22,7 @@ from jaxgraph.distributed import check_same_on_all_processes, is_primary
 from jaxgraph.graph import Graph
 from jaxgraph.train.build import (
     METHODS,
+    Run,
     build_run,
     exchange_chunks,
     load_graph,
@@ -72,23 +73,9 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         run.shards,
     )
     layer_dims, m = run.layer_dims, config.model
-
     workdir = Path(config.workdir) if config.workdir else None
     ckpt_dir = workdir / "checkpoints" if workdir else None
-    path = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
-    start_epoch, best = 0, _Best()
-    if path is not None:
-        header = read_header(path)
-        _check_same_run(path, header["config"], config)
-        start_epoch = header["epoch"]
-    check_same_on_all_processes("the checkpoint to resume from", np.int64(start_epoch))
-    state = run.state
-    if path is not None:
-        saved = read_leaves(path, ".comm_state")
-        comm_state = strategy.resume_state(plan, layer_dims, epoch=start_epoch, saved=saved)
-        state = trainer.create_state(jax.random.key(config.seed), graph.num_features, comm_state)
-        state, header = restore_checkpoint(path, state)
-        best = _Best(**header["best"])
+    state, start_epoch, best = _resume(run, config, ckpt_dir)
     primary = is_primary()  # writes metrics, summary and checkpoints
     metrics_path = workdir / "metrics.jsonl" if workdir and primary else None
     if metrics_path is not None:
@@ -96,35 +83,8 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         _truncate_metrics(metrics_path, start_epoch)
 
     t0 = time.perf_counter()
-    compiled = {}  # one compiled step per comm_state signature (e.g. per bit assignment)
-    ahead = {}  # signature -> Future of a step compiling in the background
-    pool = ThreadPoolExecutor(1, "compile-ahead") if config.compile_ahead else None
-
-    def compile_step(state):
-        return trainer.train_step.lower(state, shards).compile()
-
-    def step_for(state):
-        sig = _signature(state.comm_state)
-        if sig not in compiled:
-            future = ahead.pop(sig, None)
-            compiled[sig] = future.result() if future is not None else compile_step(state)
-        return compiled[sig]
-
-    def compile_ahead(state, epoch):
-        """Starts compiling the step of the strategy's next, already decided, state."""
-        upcoming = strategy.upcoming_state(
-            state.comm_state, epoch=epoch, plan=plan, layer_dims=layer_dims
-        )
-        if upcoming is None or upcoming[0] > config.epochs:
-            return
-        placed = trainer.place_comm_state(upcoming[1])
-        sig = _signature(placed)
-        if sig not in compiled and sig not in ahead:
-            # Lowered from shapes only: the buffers of `state` are donated to the next step.
-            abstract = jax.tree.map(_abstract, state.replace(comm_state=placed))
-            ahead[sig] = pool.submit(compile_step, abstract)
-
-    step_for(state)
+    steps = _StepCache(run, config)
+    steps.step_for(state)
     eval_step = trainer.eval_step.lower(state.params, shards).compile()
     compile_time = time.perf_counter() - t0
 
@@ -146,10 +106,8 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         if new_comm is not None:
             state = state.replace(comm_state=trainer.place_comm_state(new_comm))
             t_solved = time.perf_counter()
-            sig = _signature(state.comm_state)
-            fresh = sig not in compiled
-            was_ahead = fresh and sig in ahead
-            train_step = step_for(state)  # a new buffer layout compiles a new step (or waits)
+            fresh, was_ahead = steps.status(state)
+            steps.step_for(state)  # a new buffer layout compiles a new step (or waits)
             assign_log = {
                 "assign_time": t_solved - t,
                 "rejit_time": time.perf_counter() - t_solved,
@@ -160,11 +118,10 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
                 used_ahead += was_ahead
             overhead["solve"] += assign_log["assign_time"]
             overhead["rejit"] += assign_log["rejit_time"]
-        train_step = step_for(state)
+        train_step = steps.step_for(state)
         t = time.perf_counter()
         state, metrics = train_step(state, shards)
-        if pool is not None:  # host work while the step runs
-            compile_ahead(state, epoch)
+        steps.compile_ahead(state, epoch)  # host work while the step runs
         metrics = jax.device_get(metrics)
         epoch_times.append(time.perf_counter() - t)
         epoch_bytes.append(float(metrics["bytes_moved"]))
@@ -198,12 +155,73 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
             )
         last = record
     bar.close()
-    if pool is not None:
-        pool.shutdown(wait=True, cancel_futures=True)
+    steps.close()
 
     wall = time.perf_counter() - t0
+    summary = _summary(
+        config, graph, best, last, epoch_times, epoch_bytes, overhead, wall, compile_time
+    )
+    summary.update(compiled_steps=len(steps.compiled), compiled_ahead=used_ahead)
+    if workdir is not None and primary:
+        _atomic_write(workdir / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+class _StepCache:
+    """One compiled train step per ``comm_state`` signature (e.g. per bit assignment), and with
+    ``config.compile_ahead`` the step of the strategy's next, already decided, state compiling
+    in a background thread while training continues."""
+
+    def __init__(self, run: Run, config: TrainConfig):
+        self.run, self.epochs = run, config.epochs
+        self.compiled = {}
+        self.ahead = {}  # signature -> Future of a step compiling in the background
+        self.pool = ThreadPoolExecutor(1, "compile-ahead") if config.compile_ahead else None
+
+    def _compile(self, state):
+        return self.run.trainer.train_step.lower(state, self.run.shards).compile()
+
+    def status(self, state) -> tuple[bool, bool]:
+        """``(fresh, compiled ahead)``: whether ``state``'s step is not compiled yet, and
+        whether it is compiling (or compiled) in the background."""
+        sig = _signature(state.comm_state)
+        fresh = sig not in self.compiled
+        return fresh, fresh and sig in self.ahead
+
+    def step_for(self, state):
+        sig = _signature(state.comm_state)
+        if sig not in self.compiled:
+            future = self.ahead.pop(sig, None)
+            self.compiled[sig] = future.result() if future is not None else self._compile(state)
+        return self.compiled[sig]
+
+    def compile_ahead(self, state, epoch: int) -> None:
+        """Starts compiling the step of the strategy's next, already decided, state."""
+        if self.pool is None:
+            return
+        run = self.run
+        upcoming = run.strategy.upcoming_state(
+            state.comm_state, epoch=epoch, plan=run.plan, layer_dims=run.layer_dims
+        )
+        if upcoming is None or upcoming[0] > self.epochs:
+            return
+        placed = run.trainer.place_comm_state(upcoming[1])
+        sig = _signature(placed)
+        if sig not in self.compiled and sig not in self.ahead:
+            # Lowered from shapes only: the buffers of `state` are donated to the next step.
+            abstract = jax.tree.map(_abstract, state.replace(comm_state=placed))
+            self.ahead[sig] = self.pool.submit(self._compile, abstract)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _summary(config, graph, best, last, epoch_times, epoch_bytes, overhead, wall, compile_time):
+    """The run's summary (``summary.json``): best-validation scores, timings, bytes."""
     steady = epoch_times[1:] or epoch_times
-    summary = {
+    m = config.model
+    return {
         "dataset": graph.name,
         "model": m.name,
         "parts": config.parts,
@@ -216,9 +234,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "final_loss": last.get("loss", math.nan),
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
-        "compiled_steps": len(compiled),
         "exchange_chunks": exchange_chunks(config),
-        "compiled_ahead": used_ahead,
         # Re-assignments: the host-side decision (traces to the host, solve, new buffers) and
         # the compilation of the step for the new layout, in seconds and as wall-clock shares.
         "assign_solve_time": overhead["solve"],
@@ -233,9 +249,25 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         "mean_bytes_per_epoch": statistics.fmean(epoch_bytes) if epoch_bytes else math.nan,
         "metric": "micro_f1" if graph.multi_label else "accuracy",
     }
-    if workdir is not None and primary:
-        _atomic_write(workdir / "summary.json", json.dumps(summary, indent=2))
-    return summary
+
+
+def _resume(run: Run, config: TrainConfig, ckpt_dir: Path | None):
+    """``(state, completed epochs, best so far)``: the run's fresh state, or the state of the
+    latest checkpoint in ``ckpt_dir`` (which must belong to the same run)."""
+    path = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
+    start_epoch = 0
+    if path is not None:
+        header = read_header(path)
+        _check_same_run(path, header["config"], config)
+        start_epoch = header["epoch"]
+    check_same_on_all_processes("the checkpoint to resume from", np.int64(start_epoch))
+    if path is None:
+        return run.state, 0, _Best()
+    saved = read_leaves(path, ".comm_state")
+    comm = run.strategy.resume_state(run.plan, run.layer_dims, epoch=start_epoch, saved=saved)
+    state = run.trainer.create_state(jax.random.key(config.seed), run.graph.num_features, comm)
+    state, header = restore_checkpoint(path, state)
+    return state, start_epoch, _Best(**header["best"])
 
 
 def _assignment_log(strategy: CommStrategy, epoch: int) -> dict[str, Any]:

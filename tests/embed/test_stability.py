@@ -38,7 +38,7 @@ CASES = {
     "star": (star, 0.0),
     "star_subsampled": (star, 1e-3),
     "caterpillar": (caterpillar, 0.0),
-    "rmat": (lambda: rmat(scale=11, num_edges=16 * 2048, seed=0), 1e-3),
+    "rmat": (lambda: rmat(scale=10, num_edges=16 * 1024, seed=0), 1e-3),
 }
 
 
@@ -118,7 +118,7 @@ MESH_SCRIPT = textwrap.dedent(
 # A process with exactly as many emulated devices as the mesh. At 2 devices the R-MAT of 2^14
 # nodes at d = 128 is the size at which unbounded dispatch aborts (checked by disabling the
 # bound: "Expected 2 threads to join the rendezvous, but only 1 of them arrived on time").
-@pytest.mark.parametrize("parts, scale", [(2, 14), (4, 12), (8, 12)])
+@pytest.mark.parametrize("parts, scale", [(2, 14), (4, 11), (8, 11)])
 def test_embed_finishes_on_emulated_cpu_meshes(parts, scale):
     """Runs in a subprocess: a rendezvous abort must fail the test, not the test worker.
     ``merge="touched"`` keeps hubs stable at every mesh size (``"sum"`` diverges at 4 and 8)."""
@@ -135,4 +135,4 @@ def test_embed_finishes_on_emulated_cpu_meshes(parts, scale):
     assert proc.returncode == 0, proc.stderr[-2000:]
     ((loss, max_norm, syncs),) = json.loads(proc.stdout.strip().splitlines()[-1])
     assert 1.0 < loss < UNTRAINED and max_norm < 20, (loss, max_norm)
-    assert syncs >= 5  # the round ran many collective programs (steps and syncs)
+    assert syncs >= 2  # periodic syncs ran besides the round-end merge

@@ -7,12 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgraph.comm.strategy import GraphShard, Vanilla
-from jaxgraph.mesh import make_mesh
+from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.models import make_model
 from jaxgraph.models.oracle import oracle_forward, oracle_loss_and_grads
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train import OptimConfig, Trainer, make_optimizer
+from jaxgraph.train import OptimConfig, assemble_run, make_optimizer
 
 from graph_cases import ALL_CASES, random_graph
 
@@ -31,16 +30,8 @@ def _setup(graph, model_name, num_parts, method, layer_norm=False):
         layer_norm=layer_norm,
         heads=2,
     )
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        Vanilla(),
-        make_mesh(num_parts),
-        num_train=int(graph.train_mask.sum()),
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(graph, plan))
-    state = trainer.create_state(jax.random.key(42), graph.num_features, {})
-    return plan, model, trainer, shards, state
+    run = assemble_run(graph, plan, Vanilla(), model, num_parts, seed=42)
+    return plan, model, run.trainer, run.shards, run.state
 
 
 def _assert_tree_close(a, b):

@@ -17,25 +17,19 @@ SCRIPT = textwrap.dedent(
     f"""
     import json, os
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    import jax, numpy as np
-    from jaxgraph.comm.strategy import GraphShard, Vanilla
-    from jaxgraph.mesh import make_mesh
+    from jaxgraph.comm.strategy import Vanilla
     from jaxgraph.models import make_model
     from jaxgraph.partition import build_halo_plan, partition_graph
-    from jaxgraph.train import OptimConfig, Trainer, make_optimizer
+    from jaxgraph.train import assemble_run
     from graph_cases import random_graph
 
     g = random_graph(n=200, avg_deg=6, seed=0)
     plan = build_halo_plan(g, partition_graph(g, 8, method="metis", seed=0), num_parts=8)
     model = make_model("gcn", hidden=16, out_dim=g.num_classes, dropout=0.0)
-    trainer = Trainer(model, make_optimizer(OptimConfig()), Vanilla(), make_mesh(8),
-                      num_train=int(g.train_mask.sum()))
-    shards = trainer.place_shards(GraphShard.from_plan(g, plan))
-    comm = Vanilla().init_state(plan, model.layer_input_dims(g.num_features))
-    state = trainer.create_state(jax.random.key(0), g.num_features, comm)
-    losses = []
+    run = assemble_run(g, plan, Vanilla(), model, 8)
+    state, losses = run.state, []
     for _ in range({STEPS}):  # no block_until_ready, no host read inside the loop
-        state, metrics = trainer.train_step(state, shards)
+        state, metrics = run.trainer.train_step(state, run.shards)
         losses.append(metrics["loss"])
     print(json.dumps([float(x) for x in losses]))
     """
