@@ -23,9 +23,6 @@ Files that cannot be read (missing, truncated, corrupt, malformed lines) raise
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -36,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from jaxgraph.atomic import atomic_write
 from jaxgraph.graph import Graph, SelfLoops
 
 if TYPE_CHECKING:  # pragma: no cover - import only for type checkers
@@ -68,18 +66,9 @@ class GraphFileError(ValueError):
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Calls ``write(fileobj)`` on a temporary file next to ``path`` and renames it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Calls ``write(fileobj)`` on a temporary file next to ``path`` and renames it
+    (:func:`jaxgraph.atomic.atomic_write`)."""
+    atomic_write(path, write)
 
 
 # ---------------------------------------------------------------------- PyG npz

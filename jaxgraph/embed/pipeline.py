@@ -57,6 +57,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
+from jaxgraph.atomic import atomic_write_bytes
 from jaxgraph.embed.compress import CompressedWalks, raw_bytes
 from jaxgraph.embed.feedback import update_active_set
 from jaxgraph.embed.health import UnhealthyTraining
@@ -125,8 +126,6 @@ class Span:
 def write_checkpoint(path: str | Path, arrays: dict[str, np.ndarray], header: dict) -> None:
     """Writes ``MAGIC + header JSON + newline + npz`` atomically; the header records the
     payload's length and SHA-256."""
-    from jaxgraph.embed.run import atomic_write_bytes
-
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     payload = buf.getvalue()
@@ -217,6 +216,38 @@ class _Corpus:
 
 class _Stop(Exception):
     """Raised inside a stage when the shared stop event is set."""
+
+
+@dataclasses.dataclass
+class RoundLog:
+    """One round of :func:`embed`."""
+
+    round: int
+    active: int
+    walks: int
+    tokens: int
+    pairs: int
+    lr: float
+    loss: float
+    syncs: int
+    sync_rows: int
+    seconds_walk: float
+    seconds_train: float
+    seconds_feedback: float
+    seconds: float
+    evaluated: int = 0
+    psi_mean: float = float("nan")
+    reactivated: int = 0
+    next_active: int = 0
+    walk_bytes_raw: int = 0
+    walk_bytes_sent: int = 0
+    seconds_codec: float = 0.0
+    source_round: int = -1  # the feedback round whose active set the walks started from
+    # Training input moved host -> device by the trainer: pair buffers (sgns.pairs="host") or
+    # walk rows (sgns.pairs="device"; 0 for walks decoded on the device, whose compressed
+    # corpus is walk_bytes_sent).
+    train_input_bytes: int = 0
+    max_norm: float = float("nan")  # the largest row norm of syn0 and syn1 after the round
 
 
 class RoundRunner:
@@ -327,8 +358,6 @@ class RoundRunner:
     def consume(self, corpus: _Corpus, round_start: float) -> bool:
         """Decode, train, feedback and the state checkpoint of one round; returns True when
         the run stops after it."""
-        from jaxgraph.embed.run import RoundLog
-
         r, cfg = corpus.round, self.config
         t = time.perf_counter()
         sent = raw = corpus.raw_bytes
@@ -452,8 +481,6 @@ class RoundRunner:
 
     def restore(self, path: Path) -> bool:
         """Loads a state checkpoint; returns True when the saved run had already stopped."""
-        from jaxgraph.embed.run import RoundLog
-
         arrays, meta = read_checkpoint(path)
         if meta["settings"] != self._settings():
             diff = sorted(

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -34,10 +32,18 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxgraph.atomic import atomic_write_bytes
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
-from jaxgraph.embed.pipeline import PipelineConfig, RoundRunner, Span, latest_state, run_rounds
+from jaxgraph.embed.pipeline import (
+    PipelineConfig,
+    RoundLog,
+    RoundRunner,
+    Span,
+    latest_state,
+    run_rounds,
+)
 from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer, TableSync
 from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
@@ -114,38 +120,6 @@ def cpu_config(method: Method = "felog", **changes) -> EmbedConfig:
         rounds=10,
     )
     return cfg.replace(**changes)
-
-
-@dataclasses.dataclass
-class RoundLog:
-    """One round of :func:`embed`."""
-
-    round: int
-    active: int
-    walks: int
-    tokens: int
-    pairs: int
-    lr: float
-    loss: float
-    syncs: int
-    sync_rows: int
-    seconds_walk: float
-    seconds_train: float
-    seconds_feedback: float
-    seconds: float
-    evaluated: int = 0
-    psi_mean: float = float("nan")
-    reactivated: int = 0
-    next_active: int = 0
-    walk_bytes_raw: int = 0
-    walk_bytes_sent: int = 0
-    seconds_codec: float = 0.0
-    source_round: int = -1  # the feedback round whose active set the walks started from
-    # Training input moved host -> device by the trainer: pair buffers (sgns.pairs="host") or
-    # walk rows (sgns.pairs="device"; 0 for walks decoded on the device, whose compressed
-    # corpus is walk_bytes_sent).
-    train_input_bytes: int = 0
-    max_norm: float = float("nan")  # the largest row norm of syn0 and syn1 after the round
 
 
 @dataclasses.dataclass
@@ -299,23 +273,6 @@ def embed(
 
 
 # ---------------------------------------------------------------------- files
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same directory and
-    ``os.replace``, so a reader sees the old file or the new one, never a partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_npy(path: str | Path, array: np.ndarray) -> None:

@@ -13,9 +13,7 @@ reads the file, so the checkpoint directory must be on a file system all process
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxgraph.atomic import atomic_write
 from jaxgraph.mesh import place, to_host
 
 FORMAT_VERSION = 1
@@ -61,21 +60,7 @@ def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, 
         **header,
     }
     arrays["__header__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ckpt_", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(final, lambda f: np.savez(f, **arrays))
     return final
 
 

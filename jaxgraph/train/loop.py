@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +15,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxgraph.atomic import atomic_write_text
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.distributed import check_same_on_all_processes, is_primary
 from jaxgraph.graph import Graph
@@ -163,7 +162,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     )
     summary.update(compiled_steps=len(steps.compiled), compiled_ahead=used_ahead)
     if workdir is not None and primary:
-        _atomic_write(workdir / "summary.json", json.dumps(summary, indent=2))
+        atomic_write_text(workdir / "summary.json", json.dumps(summary, indent=2))
     return summary
 
 
@@ -328,17 +327,7 @@ def _truncate_metrics(path: Path, last_epoch: int) -> None:
         for line in path.read_text().splitlines()
         if line.strip() and json.loads(line)["epoch"] <= last_epoch
     ]
-    _atomic_write(path, "".join(line + "\n" for line in keep))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 __all__ = ["METHODS", "load_graph", "make_optimizer", "make_strategy", "train"]
