@@ -16,11 +16,11 @@ from jaxgraph.comm.quantized import (
     round_buckets,
     wire_bytes,
 )
-from jaxgraph.comm.strategy import GraphShard, Vanilla
+from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train import OptimConfig, Trainer, make_optimizer
+from jaxgraph.train import assemble_run
 from pallas_kernels.quantize import dequantize, quantize
 
 from graph_cases import random_graph
@@ -35,19 +35,8 @@ def _plan(num_parts, method="metis"):
 
 def _trainer(strategy, plan, model_name="gcn"):
     model = make_model(model_name, hidden=8, out_dim=GRAPH.num_classes, dropout=0.0)
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        strategy,
-        make_mesh(plan.num_parts),
-        num_train=int(GRAPH.train_mask.sum()),
-    )
-    shards = trainer.place_shards(GraphShard.from_plan(GRAPH, plan))
-    dims = model.layer_input_dims(GRAPH.num_features)
-    state = trainer.create_state(
-        jax.random.key(3), GRAPH.num_features, strategy.init_state(plan, dims)
-    )
-    return trainer, shards, state
+    run = assemble_run(GRAPH, plan, strategy, model, plan.num_parts, seed=3)
+    return run.trainer, run.shards, run.state
 
 
 @pytest.mark.parametrize("model_name", ["gcn", "sage"])

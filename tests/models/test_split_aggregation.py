@@ -19,7 +19,7 @@ from jaxgraph.models import Propagator, make_model
 from jaxgraph.models.oracle import oracle_loss_and_grads
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.halo import split_edges_by_source
-from jaxgraph.train import OptimConfig, Trainer, make_optimizer
+from jaxgraph.train import assemble_run
 
 from graph_cases import ALL_CASES
 
@@ -211,17 +211,10 @@ def test_local_term_is_traced_before_the_exchange(split):
 def test_split_models_match_oracle(model_name, num_parts, method):
     graph, plan = _graph("power_law"), _plan("power_law", num_parts, method)
     model = make_model(model_name, hidden=8, out_dim=graph.num_classes, dropout=0.0)
-    trainer = Trainer(
-        model,
-        make_optimizer(OptimConfig()),
-        Vanilla(),
-        make_mesh(num_parts),
-        num_train=int(graph.train_mask.sum()),
-    )
-    host = GraphShard.from_plan(graph, plan, split=True)
-    assert host.local_edge_src is not None
-    state = trainer.create_state(jax.random.key(42), graph.num_features, {})
-    loss, grads = trainer.loss_and_grads(state, trainer.place_shards(host))
+    run = assemble_run(graph, plan, Vanilla(), model, num_parts, seed=42, split=True)
+    assert run.shards.local_edge_src is not None
+    loss, grads = run.trainer.loss_and_grads(run.state, run.shards)
+    state = run.state
     ref_loss, ref_grads = oracle_loss_and_grads(model_name, state.params, graph, num_layers=2)
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=RTOL, atol=ATOL)
     assert jax.tree.structure(grads) == jax.tree.structure(ref_grads)
