@@ -10,14 +10,17 @@
   with the same walker, the same trainer and the same learning-rate schedule, so the effect of
   the feedback is measured on equal terms.
 
-Round ``r`` trains at ``lr * exp(-lr_decay * r)``. Per round the log records the active-set
-size, walks, tokens, pairs trained and the time of each phase; the programs are compiled before
-the first round and their compile time is reported apart.
+Defaults come in two named presets (:func:`preset`): ``"published"``, :class:`EmbedConfig`'s
+own (DeepWalk's published settings: 10 rounds of one walk of 80 per node, window 10, d = 128,
+5 negatives, word2vec's single linear decay over the run), and ``"cpu"`` (:func:`cpu_config`:
+walks of 40, window 5, ``lr * exp(-lr_decay * r)`` per round). Per round the log records the
+active-set size, walks, tokens, pairs trained, the loss per pair, the largest row norm (both
+checked against their healthy range, :mod:`jaxgraph.embed.health`) and the time of each phase;
+the programs are compiled before the first round and their compile time is reported apart.
 
 CPU-sized run (BlogCatalog, about a minute per baseline round on 2 cores)::
 
-    jaxgraph embed --dataset blogcatalog --method felog --rounds 10 --walk-length 40 \\
-        --window 5 --out runs/blog_felog
+    jaxgraph embed --dataset blogcatalog --method felog --preset cpu --out runs/blog_felog
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class EmbedConfig:
       method: ``felog`` (feedback on, walks of ``walk.kind``), ``deepwalk`` or ``node2vec``
         (feedback off; the walk kind must match the method).
       walk: walks per round (``walks_per_node`` walks from every start node).
-      sgns: skip-gram trainer settings.
+      sgns: skip-gram trainer settings (default: word2vec's global decay over the run).
       feedback: the active-set rule (used by ``felog`` only).
       rounds: the maximum number of rounds (``felog``) or the fixed number (baselines).
       seed: seeds walks, pairs, negatives, tables and feedback.
