@@ -10,6 +10,7 @@ import pytest
 from jaxgraph.cli import main
 from jaxgraph.data import dc_sbm
 from jaxgraph.embed import evaluate as ev
+from jaxgraph.embed.health import HealthCheck
 from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig
@@ -141,3 +142,25 @@ def test_global_schedule_spans_the_run():
     cfg = cfg.replace(sgns=dataclasses.replace(cfg.sgns, lr_schedule="global"))
     res = embed(g, cfg, make_mesh(1))
     np.testing.assert_allclose([r.lr for r in res.rounds], 0.025 * np.array([1, 0.75, 0.5, 0.25]))
+
+
+def test_command_line_defaults_come_from_the_preset():
+    from jaxgraph.cli import _build_parser
+    from jaxgraph.embed.run import config_from_args, cpu_config
+
+    def config(*argv):
+        return config_from_args(_build_parser().parse_args(["embed", *argv]))
+
+    published = config("--method", "deepwalk")
+    assert published == EmbedConfig(method="deepwalk", walk=WalkConfig(kind="deepwalk"))
+    assert (published.walk.walk_length, published.sgns.window) == (80, 10)
+    assert published.sgns.lr_schedule == "global" and published.sgns.row_cap == 4
+    assert config("--preset", "cpu", "--method", "felog") == cpu_config("felog")
+    mixed = config("--preset", "cpu", "--window", "7", "--row-cap", "none", "--merge", "touched")
+    assert mixed.walk.walk_length == 40 and mixed.sgns.window == 7
+    assert mixed.sgns.row_cap is None and mixed.sgns.merge == "touched"
+    assert config("--on-unhealthy", "stop", "--max-norm", "50").health == HealthCheck(
+        50.0, None, "stop"
+    )
+    with pytest.raises(ValueError, match="unknown --preset 'gpu'; expected one of published, cpu"):
+        config("--preset", "gpu")
