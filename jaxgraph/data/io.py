@@ -65,12 +65,6 @@ class GraphFileError(ValueError):
 # ---------------------------------------------------------------------- building
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Calls ``write(fileobj)`` on a temporary file next to ``path`` and renames it
-    (:func:`jaxgraph.atomic.atomic_write`)."""
-    atomic_write(path, write)
-
-
 # ---------------------------------------------------------------------- PyG npz
 
 
@@ -193,7 +187,7 @@ def save_pyg_npz(graph: Graph, path, *, compressed: bool = True) -> Path:
         num_nodes=np.int64(graph.num_nodes),
     )
     save = np.savez_compressed if compressed else np.savez
-    _atomic_write(path, lambda f: save(f, **arrays))
+    atomic_write(path, lambda f: save(f, **arrays))
     return path
 
 

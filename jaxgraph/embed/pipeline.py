@@ -431,9 +431,9 @@ class RoundRunner:
         returns whether the run stops here (a non-finite loss, or ``action="stop"``)."""
         health = self.config.health
         problems = health.problems(entry.loss, entry.max_norm, self.config.sgns.negatives)
-        if not problems or health.action == "ignore" and math.isfinite(entry.loss):
-            return False
         fatal = not math.isfinite(entry.loss)
+        if not problems or (health.action == "ignore" and not fatal):
+            return False
         stops = fatal or health.action == "stop"
         warnings.warn(
             f"round {entry.round}: "

@@ -112,13 +112,17 @@ class EmbedConfig:
         return dataclasses.asdict(self)
 
 
+def _walk_kind(method: Method) -> str:
+    """The walker a method starts with: node2vec walks for ``node2vec``, else DeepWalk's."""
+    return "node2vec" if method == "node2vec" else "deepwalk"
+
+
 def cpu_config(method: Method = "felog", **changes) -> EmbedConfig:
     """The CPU-sized configuration of the experiments (walk length 40, window 5, 10 rounds of
     one walk per node)."""
-    kind = "node2vec" if method == "node2vec" else "deepwalk"
     cfg = EmbedConfig(
         method=method,
-        walk=WalkConfig(kind=kind, walk_length=40, walks_per_node=1),
+        walk=WalkConfig(kind=_walk_kind(method), walk_length=40, walks_per_node=1),
         sgns=SkipGramConfig(window=5),
         rounds=10,
     )
@@ -378,8 +382,7 @@ def preset(name: str, method: Method = "felog") -> EmbedConfig:
     """The defaults of a run by name: ``"published"`` (:class:`EmbedConfig`'s own defaults,
     DeepWalk's published settings) or ``"cpu"`` (:func:`cpu_config`)."""
     if name == "published":
-        kind = "node2vec" if method == "node2vec" else "deepwalk"
-        return EmbedConfig(method=method, walk=WalkConfig(kind=kind))
+        return EmbedConfig(method=method, walk=WalkConfig(kind=_walk_kind(method)))
     if name == "cpu":
         return cpu_config(method)
     raise ValueError(f"unknown --preset {name!r}; expected one of {', '.join(PRESETS)}")

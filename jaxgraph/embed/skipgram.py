@@ -420,16 +420,15 @@ def merge_rows(tables: Tables, anchor: Tables | None, merge: Merge, *, axis_name
     steps computed from one stale value (``"sum"`` diverges on hub-heavy graphs at 4 and more
     replicas).
     """
-    if merge == "mean":
-        return Tables(*(merge_block(t, None, merge, axis_name=axis_name) for t in tables)), anchor
-    if anchor is None:
-        raise ValueError(f"merge={merge!r} needs the anchor tables")
+    anchors = (None, None) if anchor is None else anchor
     new = Tables(
         *(
             merge_block(t, a, merge, axis_name=axis_name)
-            for t, a in zip(tables, anchor, strict=True)
+            for t, a in zip(tables, anchors, strict=True)
         )
     )
+    if merge == "mean":
+        return new, anchor
     return new, new
 
 

@@ -158,20 +158,14 @@ def merge_selected_rows(
       ``Tables(f32[N, d], f32[N, d])``, the anchor the same (or None), ``index: int32[C]``
       (replicated) -> same; the collective moves ``f32[C, d]`` per table.
     """
-    if merge == "mean":
-        return Tables(
-            *(
-                t.at[index].set(merge_block(t[index], None, merge, axis_name=axis_name))
-                for t in tables
-            )
-        ), anchor
-    if anchor is None:
-        raise ValueError(f"merge={merge!r} needs the anchor tables")
+    anchors = (None, None) if anchor is None else anchor
     merged = [
-        merge_block(t[index], a[index], merge, axis_name=axis_name)  # f32[C, d]
-        for t, a in zip(tables, anchor, strict=True)
-    ]
+        merge_block(t[index], None if a is None else a[index], merge, axis_name=axis_name)
+        for t, a in zip(tables, anchors, strict=True)
+    ]  # f32[C, d] each
     new = Tables(*(t.at[index].set(m) for t, m in zip(tables, merged, strict=True)))
+    if merge == "mean":
+        return new, anchor
     new_anchor = Tables(*(a.at[index].set(m) for a, m in zip(anchor, merged, strict=True)))
     return new, new_anchor
 
