@@ -6,7 +6,9 @@ the in-edges of ``v``, sorted ascending, without duplicates. Message passing the
 ``h'_v = sum_{u in in(v)} c_uv * h_u``, which is a CSR row-times-matrix product.
 
 Node ids are global ``int`` ids in ``[0, num_nodes)``. Partitioned views (local ids, halo ids)
-live in :mod:`jaxgraph.partition`.
+live in :mod:`jaxgraph.partition`. A graph read from a user's file also carries the user's id of
+every node (:attr:`Graph.node_ids`, :attr:`Graph.ids`) so that results can be written back keyed
+by them; no computation uses it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class Graph:
       train_mask, val_mask, test_mask: ``bool[N]`` split masks (all ``False`` when the dataset
         has no split).
       name: a short name used in reports and caches.
+      node_ids: ``int64[N]`` or ``str[N]`` (any integer or unicode dtype) the user's id of each
+        node, all distinct: node ``v`` is ``node_ids[v]`` in the file it was read from. ``None``
+        (the default) means the ids are ``0..N-1``; read them through :attr:`ids`. Only readers
+        and writers use it; it does not take part in any computation, and a graph rebuilt from
+        another one (a subgraph, a partition) does not inherit it.
 
     Shapes:
       ``N = num_nodes``, ``E = num_edges`` (directed edges; an undirected edge counts twice).
@@ -46,6 +53,7 @@ class Graph:
     val_mask: np.ndarray
     test_mask: np.ndarray
     name: str = "graph"
+    node_ids: np.ndarray | None = None
 
     def __post_init__(self):
         _validate(self)
@@ -67,17 +75,21 @@ class Graph:
         val_mask=None,
         test_mask=None,
         name: str = "graph",
+        node_ids=None,
     ) -> Graph:
         """Builds a graph from directed edges ``src[i] -> dst[i]``.
 
         Duplicate edges are merged into one. ``symmetrize`` must be given explicitly: ``True``
         adds the reverse of every edge (an undirected graph), ``False`` keeps the direction.
         ``self_loops="remove"`` drops ``v -> v`` edges from the input (normalisations add their
-        own self-loops); ``"keep"`` keeps them as ordinary edges.
+        own self-loops); ``"keep"`` keeps them as ordinary edges. ``node_ids`` are the user's
+        ids of the nodes (see the class docstring); the other keywords fill the fields of the
+        same name.
 
         Raises:
           ValueError: on negative or out-of-range node ids, mismatched array lengths, an empty
-            graph, or an unknown ``self_loops`` option.
+            graph, an unknown ``self_loops`` option, or ``node_ids`` that are not ``N`` distinct
+            integers or strings.
         """
         if self_loops not in ("remove", "keep"):
             raise ValueError(f"self_loops must be 'remove' or 'keep', got {self_loops!r}")
@@ -104,6 +116,7 @@ class Graph:
             val_mask=_default(val_mask, lambda: np.zeros(num_nodes, bool)),
             test_mask=_default(test_mask, lambda: np.zeros(num_nodes, bool)),
             name=name,
+            node_ids=node_ids,
         )
 
     def replace(self, **changes) -> Graph:
@@ -115,6 +128,13 @@ class Graph:
     @property
     def num_nodes(self) -> int:
         return int(self.indptr.shape[0] - 1)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The user's id of every node: :attr:`node_ids`, or ``arange(N)`` when it is ``None``."""
+        if self.node_ids is None:
+            return np.arange(self.num_nodes, dtype=np.int64)
+        return self.node_ids
 
     @property
     def num_edges(self) -> int:
@@ -344,3 +364,36 @@ def _validate(g: Graph) -> None:
             bad = int(np.flatnonzero(m & (labels < 0))[0])
             raise ValueError(f"{field} selects node {bad}, which has no label (-1)")
         object.__setattr__(g, field, m)
+
+    if g.node_ids is not None:
+        object.__setattr__(g, "node_ids", _checked_node_ids(g.node_ids, n))
+
+
+def _checked_node_ids(node_ids, n: int) -> np.ndarray:
+    ids = np.asarray(node_ids)
+    if ids.dtype == object:
+        # An object array (e.g. from pandas) must hold one kind: as strings, 1 and "1" collide.
+        values = ids.ravel().tolist()
+        if all(isinstance(v, str) for v in values):
+            ids = ids.astype(str)
+        elif all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values):
+            ids = ids.astype(np.int64)
+        else:
+            raise ValueError("node_ids must be all integers or all strings, got mixed objects")
+    if ids.ndim != 1 or ids.shape[0] != n:
+        raise ValueError(f"node_ids must have shape [{n}] (one id per node), got {ids.shape}")
+    if ids.dtype.kind not in "iuU":
+        raise ValueError(f"node_ids must be integers or strings, got dtype {ids.dtype}")
+    if ids.dtype.kind == "i":
+        ids = ids.astype(np.int64, copy=False)
+    if n > 1:
+        s = np.sort(ids)
+        same = np.flatnonzero(s[1:] == s[:-1])
+        if same.size:
+            dup = s[same[0]]
+            count = int(np.count_nonzero(ids == dup))
+            raise ValueError(
+                f"node_ids must be distinct: {dup.item()!r} is the id of {count} nodes "
+                f"({np.unique(s[same]).size} ids repeated)"
+            )
+    return ids

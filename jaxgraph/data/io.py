@@ -47,12 +47,26 @@ __all__ = [
     "from_networkx",
     "from_pyg_npz",
     "from_scipy",
+    "read_npz",
     "save_pyg_npz",
     "to_jraph",
     "to_networkx",
 ]
 
 MASK_NAMES = ("train_mask", "val_mask", "test_mask")
+
+
+def pyg_edge_index(arrays: Mapping[str, np.ndarray], path: Path) -> np.ndarray:
+    """The ``edge_index`` of a PyG-style archive, checked: ``int[2, E]``."""
+    if "edge_index" not in arrays:
+        raise GraphFileError(f"{path}: missing required array 'edge_index' (has {sorted(arrays)})")
+    ei = arrays["edge_index"]
+    if ei.ndim != 2 or ei.shape[0] != 2 or not np.issubdtype(ei.dtype, np.integer):
+        raise GraphFileError(
+            f"{path}: 'edge_index' must be an integer array of shape [2, E], "
+            f"got {ei.dtype} {ei.shape}"
+        )
+    return ei
 
 
 class GraphFileError(ValueError):
@@ -109,22 +123,8 @@ def from_pyg_npz(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"PyG npz file not found: {path}")
-    try:
-        # np.load leaks its file handle when the zip is corrupt; own the handle instead.
-        with open(path, "rb") as f, np.load(f, allow_pickle=False) as z:
-            arrays = {k: np.asarray(z[k]) for k in z.files}
-    except _NPZ_READ_ERRORS as exc:
-        raise GraphFileError(
-            f"{path}: cannot read as an .npz archive (truncated or corrupt?): {exc}"
-        ) from exc
-    if "edge_index" not in arrays:
-        raise GraphFileError(f"{path}: missing required array 'edge_index' (has {sorted(arrays)})")
-    ei = arrays["edge_index"]
-    if ei.ndim != 2 or ei.shape[0] != 2 or not np.issubdtype(ei.dtype, np.integer):
-        raise GraphFileError(
-            f"{path}: 'edge_index' must be an integer array of shape [2, E], "
-            f"got {ei.dtype} {ei.shape}"
-        )
+    arrays = read_npz(path)
+    ei = pyg_edge_index(arrays, path)
     x, y = arrays.get("x"), arrays.get("y")
     if num_nodes is None:
         if "num_nodes" in arrays:
@@ -155,6 +155,37 @@ def from_pyg_npz(
         )
     except ValueError as exc:
         raise GraphFileError(f"{path}: inconsistent graph arrays: {exc}") from exc
+
+
+def read_npz(path, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Reads the arrays of an ``.npz`` archive (all, or only ``keys``), refusing pickles.
+
+    Raises:
+      GraphFileError: the file is missing, not an ``.npz`` archive (e.g. a single ``.npy``),
+        truncated or corrupt, or lacks one of ``keys``.
+    """
+    path = Path(path)
+    try:
+        # np.load leaks its file handle when the zip is corrupt; own the handle instead.
+        with open(path, "rb") as f:
+            z = np.load(f, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise GraphFileError(f"{path}: a single .npy array, not an .npz archive")
+            with z:
+                missing = [k for k in keys or () if k not in z.files]
+                if missing:
+                    raise GraphFileError(
+                        f"{path}: missing array(s) {missing} (has {sorted(z.files)})"
+                    )
+                return {k: np.asarray(z[k]) for k in (z.files if keys is None else keys)}
+    except FileNotFoundError as exc:
+        raise GraphFileError(f"{path}: no such file") from exc
+    except GraphFileError:
+        raise
+    except _NPZ_READ_ERRORS as exc:
+        raise GraphFileError(
+            f"{path}: cannot read as an .npz archive (truncated or corrupt?): {exc}"
+        ) from exc
 
 
 def save_pyg_npz(graph: Graph, path, *, compressed: bool = True) -> Path:
@@ -221,7 +252,8 @@ def from_edge_list(
       relabel: map the distinct ids, sorted, to ``0..K-1``. Ids may then be any tokens: they
         are sorted numerically when all are integers, else as strings.
       return_ids: also return the original id of every node (``relabel`` only; without it the
-        ids are ``arange(N)``).
+        ids are ``arange(N)``). With ``relabel`` (and no extra nodes from ``num_nodes``) the
+        graph's :attr:`~jaxgraph.graph.Graph.node_ids` hold them too.
       self_loops: ``"remove"`` (default) or ``"keep"``.
       name: graph name; default the file stem.
 
@@ -291,6 +323,7 @@ def from_edge_list(
         symmetrize=symmetrize,
         self_loops=self_loops,
         name=path.stem if name is None else name,
+        node_ids=ids if ids is not None and ids.shape[0] == num_nodes else None,
     )
     if return_ids:
         if ids is None:
