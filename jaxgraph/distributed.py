@@ -11,13 +11,21 @@ the same programs on its own devices. Where the settings come from, first match 
 2. a multi-task launch by SLURM (``srun``, ``SLURM_STEP_NUM_TASKS > 1``) or Open MPI
    (``mpirun``, ``OMPI_COMM_WORLD_SIZE > 1``): JAX's own cluster detection supplies them;
 3. otherwise, or with ``--num-processes 1``, the run is single-process and nothing is started.
+
+Explicit settings are checked in Python before JAX is called (:func:`check_coordinator`), because
+JAX's coordination service answers an unreachable or unbindable coordinator by aborting the
+process from C++ (``DEADLINE_EXCEEDED ... RegisterTask``) after its whole timeout.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
+import math
 import os
+import socket
+import time
 from collections.abc import Mapping
 
 import jax
@@ -110,31 +118,176 @@ def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def _flag(field: str) -> str:
+    """How the user gives ``field``: ``--num-processes (JAXGRAPH_NUM_PROCESSES)``."""
+    return f"--{field.replace('_', '-')} ({ENV[field]})"
+
+
+def _check_ranges(config: DistributedConfig) -> None:
+    """Raises ValueError, naming the flag and the value, for a setting out of its range."""
+    if config.num_processes is not None and config.num_processes < 1:
+        raise ValueError(f"{_flag('num_processes')} must be >= 1, got {config.num_processes}")
+    n, i = config.num_processes, config.process_id
+    if i is not None and (i < 0 or (n is not None and i >= n)):
+        span = f"in [0, {n}) with {_flag('num_processes')} {n}" if n is not None else ">= 0"
+        raise ValueError(f"{_flag('process_id')} must be {span}, got {i}")
+    for field in ("init_timeout", "heartbeat_timeout"):
+        if getattr(config, field) <= 0:
+            raise ValueError(f"{_flag(field)} must be > 0 seconds, got {getattr(config, field)}")
+
+
+def parse_coordinator(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6-address]:port`` too) as ``(host, port)``.
+
+    Raises:
+      ValueError: naming --coordinator and ``address`` if it is not ``host:port`` with a port
+        in 1..65535.
+    """
+    host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        number = int(port)
+    except ValueError:
+        number = 0
+    if not host or not 1 <= number <= 65535:
+        raise ValueError(
+            f"{_flag('coordinator')} must be host:port with a port in 1..65535, got {address!r}"
+        )
+    return host, number
+
+
+def _resolve(address: str, host: str, port: int) -> list[tuple[int, tuple]]:
+    """The ``(family, sockaddr)`` TCP endpoints of ``host:port``, in resolver order."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(
+            f"cannot resolve coordinator host {host!r} of {_flag('coordinator')} "
+            f"{address!r}: {e.strerror}"
+        ) from None
+    endpoints = []
+    for family, _, _, _, sockaddr in infos:
+        if (family, sockaddr) not in endpoints:
+            endpoints.append((family, sockaddr))
+    return endpoints
+
+
+def _bind_error(family: int, sockaddr: tuple) -> OSError | None:
+    """Why a TCP socket cannot bind ``sockaddr`` (``None``: it can); the socket is closed at
+    once. SO_REUSEADDR as gRPC sets it, so that a port whose last connections linger in
+    TIME_WAIT counts as free, as it is for the coordination service."""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(sockaddr)
+    except OSError as e:
+        return e
+    return None
+
+
+def _all_interfaces_error(port: int) -> OSError | None:
+    """Why ``port`` cannot be bound on all interfaces, where JAX's coordination service
+    listens (``[::]:port``, or ``0.0.0.0:port`` without IPv6)."""
+    error = _bind_error(socket.AF_INET6, ("::", port))
+    if error is not None and error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+        error = _bind_error(socket.AF_INET, ("0.0.0.0", port))
+    return error
+
+
+def _connect_error(family: int, sockaddr: tuple, timeout: float) -> OSError | None:
+    """Why a TCP connection to ``sockaddr`` fails (``None``: it opened, and is closed at once:
+    a connection closed before sending anything is harmless to a gRPC server)."""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(sockaddr)
+    except OSError as e:
+        return e
+    return None
+
+
+def check_coordinator(
+    address: str, process_id: int, timeout: float, *, interval: float = 0.5
+) -> None:
+    """Checks, before JAX is called, that ``process_id`` can take its part at ``address``.
+
+    Process 0 runs the coordination service: the host must be an address of this machine and
+    the port free, also on all interfaces, where JAX binds it. Every other process connects to
+    it, retrying every ``interval`` seconds for up to ``timeout`` seconds, since process 0 may
+    start later.
+
+    Raises:
+      ValueError: if ``address`` is not ``host:port`` or its host does not resolve.
+      RuntimeError: if process 0 cannot bind it, or another process cannot reach it in time.
+    """
+    host, port = parse_coordinator(address)
+    endpoints = _resolve(address, host, port)
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    if process_id == 0:
+        errors = [_bind_error(family, sockaddr) for family, sockaddr in endpoints]
+        error = None if None in errors else errors[0]
+        if error is None:
+            error = _all_interfaces_error(port)
+            where = f"port {port} on all interfaces (where the coordination service listens)"
+        if error is not None:
+            hint = {
+                errno.EADDRINUSE: f"another program holds port {port}: choose a free port",
+                errno.EADDRNOTAVAIL: f"{host!r} is not an address of this machine: "
+                "process 0 must run on the coordinator's host",
+                errno.EACCES: "ports below 1024 need privileges: choose a higher port",
+            }.get(error.errno)
+            raise RuntimeError(
+                f"process 0 runs the coordinator but cannot bind {where}: "
+                f"{error.strerror or error}" + (f" ({hint})" if hint else "")
+            )
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        for family, sockaddr in endpoints:
+            left = deadline - time.monotonic()
+            error = _connect_error(family, sockaddr, max(min(left, interval), 0.05))
+            if error is None:
+                return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(
+                f"cannot reach the coordinator at {where} within {timeout:g} s "
+                f"(is process 0 running?): {error.strerror or error}"
+            )
+        time.sleep(min(interval, left))
+
+
 def initialize(config: DistributedConfig, environ: Mapping[str, str] | None = None) -> bool:
     """Joins the multi-process run that ``config`` or the launcher describes, if any.
 
     Must run before any other JAX call (the first one creates the backends). On CPU the
     cross-process collectives use Gloo. Returns whether a multi-process runtime was started.
+    With explicit settings the coordinator is checked first (:func:`check_coordinator`), and
+    the time that took counts against ``config.init_timeout``.
 
     Raises:
-      ValueError: for incomplete or inconsistent explicit settings.
-      RuntimeError: if the other processes do not connect within ``config.init_timeout``
-        (raised by JAX).
+      ValueError: for incomplete, out-of-range or inconsistent settings, or a coordinator
+        address that is not ``host:port`` or does not resolve.
+      RuntimeError: if process 0 cannot bind the coordinator address, another process cannot
+        reach it within ``config.init_timeout``, or the processes do not all connect within
+        it (raised by JAX).
     """
+    _check_ranges(config)
     if config.num_processes == 1:
         return False
+    timeout = config.init_timeout
     if config.explicit:
         missing = [
-            f"--{f.replace('_', '-')} ({ENV[f]})"
+            _flag(f)
             for f in ("coordinator", "num_processes", "process_id")
             if getattr(config, f) is None
         ]
         if missing:
             raise ValueError(f"a multi-process run also needs {', '.join(missing)}")
-        if config.num_processes < 1 or not 0 <= config.process_id < config.num_processes:
-            raise ValueError(
-                f"process id {config.process_id} is not in [0, {config.num_processes})"
-            )
+        start = time.monotonic()
+        check_coordinator(config.coordinator, config.process_id, config.init_timeout)
+        timeout = max(1, math.ceil(config.init_timeout - (time.monotonic() - start)))
         address = dict(
             coordinator_address=config.coordinator,
             num_processes=config.num_processes,
@@ -147,7 +300,7 @@ def initialize(config: DistributedConfig, environ: Mapping[str, str] | None = No
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         **address,
-        initialization_timeout=config.init_timeout,
+        initialization_timeout=timeout,
         heartbeat_timeout_seconds=config.heartbeat_timeout,
     )
     return True
@@ -190,8 +343,10 @@ def check_same_on_all_processes(what: str, *arrays: np.ndarray) -> None:
 __all__ = [
     "ENV",
     "DistributedConfig",
+    "check_coordinator",
     "check_same_on_all_processes",
     "detect_launcher",
     "initialize",
     "is_primary",
+    "parse_coordinator",
 ]
