@@ -94,16 +94,56 @@ def test_validation():
 
 def test_pallas_kernel_lowers_for_gpu():
     """The Triton lowering (run here on CPU) accepts the kernel: gathers from flat refs, the
-    cumulative sum along a walk, masked stores. Compiling the Triton IR needs a GPU."""
+    cumulative sum along a walk, masked stores. Compiling the Triton IR needs a GPU.
+
+    The Pallas path must lower to exactly one Triton custom call, the ``bitmap_decode`` kernel
+    on a grid that covers every walk with the configured warps and stages and the decoded
+    ``int32[W, L]`` as its result; the reference path to none."""
+    import re
+
+    # jax 0.10.2, jax/_src/pallas/triton/pallas_call_registration.py: with jaxlib <= 0.10.2
+    # a pallas_call lowers to `mlir.custom_call(call_target_name="__gpu$xla.gpu.triton", ...)`
+    # whose backend_config holds the kernel's name, grid_x/y/z, num_warps and num_stages.
+    # Another target after an upgrade fails here: the check must then be re-read.
+    triton = "__gpu$xla.gpu.triton"
+
+    def custom_calls(text):
+        """``(target, backend_config attrs, result types)`` of each StableHLO custom call."""
+        calls = []
+        for line in text.splitlines():
+            m = re.search(r"stablehlo\.custom_call @([^\s(]+)\(", line)
+            if not m:
+                continue
+            line = re.sub(r'ir = "[^"]*"', "ir = ...", line)  # the serialized Triton module
+            attrs = dict(re.findall(r"(\w+) = (\d+) : i32", line))
+            attrs.update(re.findall(r'(\w+) = "([^"]*)"', line))
+            results = re.findall(r"tensor<[^>]*>", line.rsplit(" -> ", 1)[1])
+            calls.append((m.group(1), attrs, results))
+        return calls
+
     w, length = 1000, 80
-
-    def f(*a):
-        return decode(*a, walk_length=length, backend=Backend.PALLAS)
-
+    blocks = DecodeBlockSizes()
+    walks_per_program = blocks.resolve(w, length)
     for k, shared in ((2, False), (0, False), (3, True)):
         hot = jax.ShapeDtypeStruct((1 if shared else w, k), jnp.int32)
         bits = jax.ShapeDtypeStruct((w, k, 10), jnp.uint8)
         res = jax.ShapeDtypeStruct((50_000,), jnp.int32)
         lengths = jax.ShapeDtypeStruct((w,), jnp.int32)
-        lowered = jax.jit(f).trace(hot, bits, res, lengths).lower(lowering_platforms=("cuda",))
-        assert "__gpu$xla.gpu.triton" in lowered.as_text()
+        texts = {}
+        for backend in Backend:
+
+            def f(*a, backend=backend):
+                return decode(*a, walk_length=length, backend=backend)
+
+            lowered = jax.jit(f).trace(hot, bits, res, lengths).lower(lowering_platforms=("cuda",))
+            texts[backend] = lowered.as_text()
+        ((target, attrs, results),) = custom_calls(texts[Backend.PALLAS])
+        assert target == triton and attrs["name"] == "bitmap_decode"
+        grid = tuple(int(attrs[f"grid_{a}"]) for a in "xyz")
+        assert grid == (-(-w // walks_per_program), 1, 1)
+        assert (int(attrs["num_warps"]), int(attrs["num_stages"])) == (
+            blocks.num_warps,
+            blocks.num_stages,
+        )
+        assert results == [f"tensor<{w}x{length}xi32>"]
+        assert triton not in texts[Backend.REFERENCE]

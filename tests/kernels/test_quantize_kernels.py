@@ -377,34 +377,85 @@ def test_pallas_explicit_uniforms_test_vector_and_upper_limit():
 def test_pallas_kernels_lower_for_gpu():
     """The Triton lowering (run here on CPU) accepts both kernels: power-of-two tiles, masked
     loads and stores, the inline-PTX division; also inside shard_map with the replication check
-    on, as the quantized exchange calls them. Compiling the Triton IR needs a GPU."""
-    x = jax.ShapeDtypeStruct((1000, 602), jnp.float32)
-    for bits, param_dtype in ((2, jnp.float32), (8, jnp.bfloat16)):
+    on, as the quantized exchange calls them. Compiling the Triton IR needs a GPU.
 
-        def q(x, key, bits=bits, param_dtype=param_dtype):
-            return quantize(x, bits, key, backend=Backend.PALLAS, param_dtype=param_dtype)
+    The Pallas path must lower to one Triton custom call per kernel, named for its width, on a
+    grid that covers every row (and column block), with the packed message or the f32 block as
+    its results; the reference path to none."""
+    import re
 
-        def dq(packed, scale, lo, bits=bits):
-            return dequantize(packed, scale, lo, bits, 1000, backend=Backend.PALLAS)
+    # jax 0.10.2, jax/_src/pallas/triton/pallas_call_registration.py: with jaxlib <= 0.10.2
+    # a pallas_call lowers to `mlir.custom_call(call_target_name="__gpu$xla.gpu.triton", ...)`
+    # whose backend_config holds the kernel's name and grid_x/y/z. Another target after an
+    # upgrade fails here: the check must then be re-read.
+    triton = "__gpu$xla.gpu.triton"
 
-        lowered = jax.jit(q).trace(x, jax.random.key(0)).lower(lowering_platforms=("cuda",))
-        assert "__gpu$xla.gpu.triton" in lowered.as_text()
-        outs = jax.eval_shape(q, x, jax.random.key(0))
-        lowered = jax.jit(dq).trace(*outs).lower(lowering_platforms=("cuda",))
-        assert "__gpu$xla.gpu.triton" in lowered.as_text()
+    def triton_calls(text):
+        """``(name, grid, result types)`` of each Triton custom call, in program order."""
+        calls = []
+        for line in text.splitlines():
+            m = re.search(r"stablehlo\.custom_call @([^\s(]+)\(", line)
+            if not m or m.group(1) != triton:
+                continue
+            line = re.sub(r'ir = "[^"]*"', "ir = ...", line)  # the serialized Triton module
+            name = re.search(r'name = "([^"]*)"', line).group(1)
+            grid = tuple(int(re.search(rf"grid_{a} = (\d+) : i32", line).group(1)) for a in "xyz")
+            results = re.findall(r"tensor<[^>]*>", line.rsplit(" -> ", 1)[1])
+            calls.append((name, grid, results))
+        return calls
+
+    def lower(fn, *args):
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+    n, d = 1000, 602
+    x = jax.ShapeDtypeStruct((n, d), jnp.float32)
+    for bits, param_dtype, ir_dtype in ((2, jnp.float32, "f32"), (8, jnp.bfloat16, "bf16")):
+        q_rows, _ = QuantizeBlockSizes().resolve(n, d, bits)
+        dq_rows, dq_cols = DequantizeBlockSizes().resolve(n, d, bits)
+        texts = {}
+        for backend in Backend:
+
+            def q(x, key, bits=bits, param_dtype=param_dtype, backend=backend):
+                return quantize(x, bits, key, backend=backend, param_dtype=param_dtype)
+
+            def dq(packed, scale, lo, bits=bits, backend=backend):
+                return dequantize(packed, scale, lo, bits, n, backend=backend)
+
+            outs = jax.eval_shape(q, x, jax.random.key(0))
+            texts[backend] = (lower(q, x, jax.random.key(0)), lower(dq, *outs))
+        q_text, dq_text = texts[Backend.PALLAS]
+        packed = f"tensor<{packed_rows(n, bits)}x{d}xui8>"
+        params = f"tensor<{n}x{ir_dtype}>"
+        assert triton_calls(q_text) == [
+            (f"quantize_{bits}bit", (-(-n // q_rows), 1, 1), [packed, params, params])
+        ]
+        assert triton_calls(dq_text) == [
+            (
+                f"dequantize_{bits}bit",
+                (-(-n // dq_rows), -(-d // dq_cols), 1),
+                [f"tensor<{n}x{d}xf32>"],
+            )
+        ]
+        assert not any(triton in t for t in texts[Backend.REFERENCE])
 
     mesh = make_mesh(2)
     axis = mesh.axis_names[0]
+    texts = {}
+    for backend in Backend:
 
-    def body(x, key):
-        # x: f32[1000, 602] (replicated); key: key<fry>[] (replicated, folded per device)
-        key = jax.random.fold_in(key, jax.lax.axis_index(axis))
-        packed, scale, lo = quantize(x, 4, key, backend=Backend.PALLAS)
-        return dequantize(packed, scale, lo, 4, 1000, backend=Backend.PALLAS)[None]
+        def body(x, key, backend=backend):
+            # x: f32[1000, 602] (replicated); key: key<fry>[] (replicated, folded per device)
+            key = jax.random.fold_in(key, jax.lax.axis_index(axis))
+            packed, scale, lo = quantize(x, 4, key, backend=backend)
+            return dequantize(packed, scale, lo, 4, n, backend=backend)[None]
 
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P()), out_specs=P(axis)))
-    lowered = f.trace(x, jax.random.key(0)).lower(lowering_platforms=("cuda",))
-    assert "__gpu$xla.gpu.triton" in lowered.as_text()
+        f = jax.shard_map(body, mesh=mesh, in_specs=(P(), P()), out_specs=P(axis))
+        texts[backend] = lower(f, x, jax.random.key(0))
+    assert [name for name, _, _ in triton_calls(texts[Backend.PALLAS])] == [
+        "quantize_4bit",
+        "dequantize_4bit",
+    ]
+    assert triton not in texts[Backend.REFERENCE]
 
 
 # --------------------------------------------------------------------------------------------
