@@ -31,11 +31,23 @@ the main thread dispatches JAX programs. Stops propagate without deadlock: every
 Checkpoints (``checkpoint_dir``): after every round the producer writes that round's corpus
 (compressed when FaBC is on) and the trainer writes the train state (both tables of every
 replica, the sync anchor, corpus and update counts, step counters, FaBC's ``k`` and hot ids, the
-pending active sets, the per-round log). Every file is a header line plus an ``.npz`` payload
-whose length and SHA-256 the header records; it is written to a temporary file, fsynced and
-renamed. A truncated or altered file raises :class:`CheckpointError` naming it. A run started
-on a directory that holds state checkpoints resumes after the last complete round; corpora
-already written for later rounds are reused.
+pending active sets, the per-round log)::
+
+    <checkpoint_dir>/corpus_000003.ckpt   MAGIC + header JSON line + .npz payload whose length
+                                          and SHA-256 the header records (written to a
+                                          temporary file, fsynced, renamed)
+    <checkpoint_dir>/state_000003/        an orbax step (``CheckpointManager``, the newest two
+        state/                            kept): the arrays, an orbax PyTree item, and a JSON
+        meta/                             item with the counters, the run's settings, the log,
+                                          each array's shape, dtype and SHA-256, and a SHA-256
+                                          of the item itself
+
+A state step is written into a temporary directory and renamed when complete (orbax), and read
+back array by array through tensorstore, the store orbax writes with, so that its errors
+surface one at a time. A truncated, altered or foreign file raises :class:`CheckpointError`
+naming it; a state from another run names the settings that differ. A run started on a
+directory that holds state checkpoints resumes after the last complete round; corpora already
+written for later rounds are reused.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import io
 import json
 import math
 import queue
+import re
 import threading
 import time
 import warnings
@@ -55,6 +68,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.atomic import atomic_write_bytes
@@ -68,6 +82,7 @@ MODES = ("sequential", "overlapped", "deterministic")
 HOST_OPS = ("walk", "encode", "corpus_ckpt", "corpus_load")
 DEVICE_OPS = ("decode", "train")
 MAGIC = b"JGEMBCKPT1"
+_STATE = re.compile(r"^state_(\d{6})$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,13 +187,148 @@ def corpus_path(directory: Path, r: int) -> Path:
 
 
 def state_path(directory: Path, r: int) -> Path:
-    return directory / f"state_{r:06d}.ckpt"
+    return directory / f"state_{r:06d}"
 
 
 def latest_state(directory: str | Path) -> Path | None:
-    """The state checkpoint of the highest round in ``directory``, or None."""
-    found = sorted(Path(directory).glob("state_*.ckpt")) if Path(directory).is_dir() else []
-    return found[-1] if found else None
+    """The state checkpoint of the highest round in ``directory``, or None.
+
+    Raises:
+      CheckpointError: if ``directory`` holds only state files of the old format.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    found = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _STATE.match(p.name)))
+    if found:
+        return state_path(directory, found[-1])
+    if any(directory.glob("state_*.ckpt")):
+        raise CheckpointError(
+            f"{directory} holds state checkpoints of an older format (state_*.ckpt), which "
+            "cannot be resumed; delete them to start over"
+        )
+    return None
+
+
+def _state_manager(directory: Path, keep: int):
+    """A synchronous orbax ``CheckpointManager`` over ``directory`` with steps
+    ``state_<round:06d>``, keeping the newest ``keep``."""
+    import orbax.checkpoint as ocp  # ~0.2 s on top of jax; only runs that checkpoint pay it
+
+    options = ocp.CheckpointManagerOptions(
+        step_prefix="state",
+        step_format_fixed_length=6,
+        enable_async_checkpointing=False,
+        cleanup_tmp_directories=True,
+        save_root_metadata=False,
+        preservation_policy=ocp.checkpoint_managers.LatestN(keep),
+    )
+    # orbax needs absolute paths.
+    return ocp.CheckpointManager(
+        directory.absolute(), options=options, item_names=("state", "meta")
+    )
+
+
+def _digest(meta: dict) -> str:
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+
+
+def write_state(
+    directory: Path, r: int, arrays: dict[str, np.ndarray], header: dict, keep: int = 2
+) -> Path:
+    """Writes ``arrays`` and ``header`` as the orbax step ``state_<r>`` of ``directory``
+    (atomically; an existing step ``r`` is replaced), keeping the newest ``keep`` steps."""
+    import orbax.checkpoint as ocp
+
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    meta = {
+        **header,
+        "arrays": {
+            k: {
+                "shape": list(a.shape),
+                "dtype": str(a.dtype),
+                "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(),
+            }
+            for k, a in arrays.items()
+        },
+    }
+    meta["sha256"] = _digest(meta)
+    stored = {k: a for k, a in arrays.items() if a.size}  # orbax stores no empty array
+    with _state_manager(directory, keep) as manager:
+        if r in manager.all_steps():
+            manager.delete(r)
+        manager.save(
+            r,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(stored), meta=ocp.args.JsonSave(meta)
+            ),
+            force=True,
+        )
+    return state_path(directory, r)
+
+
+def _reason(e: BaseException) -> str:
+    """The first line of the root cause of an orbax/tensorstore error."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    text = str(e).split(" [tensorstore_spec=")[0].split(" See full TensorStore details")[0]
+    lines = text.strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _read_array(path: Path, key: str) -> np.ndarray:
+    """The array ``key`` of the ``state`` item of the orbax step ``path``, read whole through
+    tensorstore's synchronous API (an orbax restore reads arrays concurrently; when one read
+    fails, the others complete into its closed event loop and print tracebacks)."""
+    import tensorstore as ts
+
+    state = path.absolute() / "state"
+    flags = json.loads((state / "_METADATA").read_text())
+    driver = "zarr3" if flags.get("use_zarr3") else "zarr"
+    if flags.get("use_ocdbt", True):
+        kvstore = {"driver": "ocdbt", "base": f"file://{state}/", "path": f"{key}/"}
+    else:
+        kvstore = {"driver": "file", "path": f"{state / key}/"}
+    store = ts.open({"driver": driver, "kvstore": kvstore}, open=True, read=True).result()
+    return np.asarray(store.read().result())
+
+
+def read_state(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
+    """Reads a step of :func:`write_state`, verified.
+
+    Raises:
+      CheckpointError: naming the checkpoint, when it is missing, truncated, altered or not a
+        state checkpoint.
+    """
+    import orbax.checkpoint as ocp
+
+    path = Path(path)
+    if not (path / "meta").is_dir():
+        raise CheckpointError(f"checkpoint {path} is not an embedding state or is truncated")
+    try:
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+            items = ocp.args.Composite(meta=ocp.args.JsonRestore())
+            meta = ckptr.restore(path.absolute(), args=items).meta
+    except Exception as e:  # orbax raises many types; all mean unreadable
+        raise CheckpointError(f"checkpoint {path} is truncated or unreadable ({_reason(e)})") from e
+    if not isinstance(meta, dict) or meta.get("sha256") != _digest(
+        {k: v for k, v in meta.items() if k != "sha256"}
+    ):
+        raise CheckpointError(f"checkpoint {path} has a damaged header")
+    arrays = {}
+    for k, spec in meta["arrays"].items():
+        shape, dtype = tuple(spec["shape"]), jnp.dtype(spec["dtype"])
+        try:
+            a = _read_array(path, k) if math.prod(shape) else np.zeros(shape, dtype)
+        except Exception as e:  # tensorstore reports every failure as a ValueError today
+            raise CheckpointError(
+                f"checkpoint {path} is truncated or unreadable ({_reason(e)})"
+            ) from e
+        digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+        if a.shape != shape or a.dtype != dtype or digest != spec["sha256"]:
+            raise CheckpointError(f"checkpoint {path} is corrupt: SHA-256 of array {k} differs")
+        arrays[k] = a
+    return arrays, meta
 
 
 def _corpus_arrays(payload: Walks | CompressedWalks) -> tuple[dict[str, np.ndarray], dict]:
@@ -475,13 +625,11 @@ class RoundRunner:
             "settings": self._settings(),
             "rounds": [dataclasses.asdict(x) for x in self.rounds],
         }
-        write_checkpoint(state_path(self.dir, r), arrays, header)
-        for old in sorted(self.dir.glob("state_*.ckpt"))[:-2]:
-            old.unlink(missing_ok=True)
+        write_state(self.dir, r, arrays, header, keep=2)
 
     def restore(self, path: Path) -> bool:
         """Loads a state checkpoint; returns True when the saved run had already stopped."""
-        arrays, meta = read_checkpoint(path)
+        arrays, meta = read_state(path)
         if meta["settings"] != self._settings():
             diff = sorted(
                 k

@@ -1,35 +1,118 @@
-"""Atomic checkpoints of the full train state, with exact resume.
+"""Atomic orbax checkpoints of the full train state, with exact resume.
 
-A checkpoint is one ``.npz`` file: every leaf of the state pytree (gathered to the host) under
-its tree path, plus a JSON header with the format version, the epoch, the run's configuration
-and the control layer's own state (best-validation bookkeeping). It is written to a temporary
-file in the same directory, flushed and fsynced, then renamed over the final name, so a killed
-run leaves either the previous checkpoint or the new one, never a partial file.
+Layout: one orbax step directory per checkpoint, managed by ``orbax.checkpoint``'s
+``CheckpointManager`` (steps named ``ckpt_<epoch:06d>``)::
 
-Multi-process runs: every process gathers the leaves, process 0 writes; on resume every process
-reads the file, so the checkpoint directory must be on a file system all processes see.
+    <directory>/ckpt_000003/
+        state/   orbax PyTree item (OCDBT/zarr): every leaf of the state, flattened to
+                 ``{"leaf00000": ..., "leaf00001": ...}`` in tree order; PRNG keys as their
+                 ``jax.random.key_data``
+        meta/    orbax JSON item: FORMAT_VERSION, the epoch, each leaf's tree path
+                 (``jax.tree_util.keystr``), shape, dtype, key implementation and checksum,
+                 the run's configuration and the control layer's own state (best-validation
+                 bookkeeping), and a SHA-256 of all of it
+        _CHECKPOINT_METADATA, commit_success.txt   orbax's own bookkeeping
+
+Atomicity is orbax's: a step is written into ``ckpt_<epoch>.orbax-checkpoint-tmp`` and renamed
+when complete, so a killed run leaves the previous checkpoints and at most a temporary directory
+(ignored by :func:`latest_checkpoint`, removed by the next save).
+
+Integrity: OCDBT checksums its b-tree and manifest but not large array chunks, so each leaf also
+carries a position-weighted checksum of its bytes (:func:`_checksums`, independent of the
+sharding). Before orbax restores anything, every saved array is read once, whole and one at a
+time, through tensorstore's synchronous API and checked against its shape, dtype and checksum
+(:func:`_validated`): an orbax restore that fails midway leaves concurrent reads completing
+into its closed event loop, which prints tracebacks. A missing, truncated, garbled or foreign
+checkpoint therefore raises one :class:`CheckpointError` naming the path, never an orbax or
+tensorstore exception. :func:`read_leaves` returns the arrays of that first read.
+
+Multi-process runs: every process calls every function here (orbax's barriers and the checksum
+reduction of a save are collectives). Each process writes only its own shards, and a restore
+places each leaf in the sharding of the template's leaf, every process reading its own shards;
+the validation reads every array on every process (as format 1 did). The checkpoint directory
+must be on a file system all processes see.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
-import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.atomic import atomic_write
-from jaxgraph.mesh import place, to_host
+from jaxgraph.mesh import place
 
-FORMAT_VERSION = 1
-_NAME = re.compile(r"^ckpt_(\d{6})\.npz$")
+FORMAT_VERSION = 2
+_PREFIX = "ckpt"
+_NAME = re.compile(rf"^{_PREFIX}_(\d{{6}})$")
+_OLD_NAME = re.compile(rf"^{_PREFIX}_(\d{{6}})\.npz$")  # format 1 (a single .npz per checkpoint)
+_MIX = 0x9E3779B97F4A7C15  # odd: every word of a leaf gets a distinct odd weight
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is unreadable or does not match the run that loads it."""
+
+
+# ---------------------------------------------------------------------- orbax plumbing
+
+
+def _manager(directory: Path):
+    """A synchronous ``CheckpointManager`` over ``directory`` with steps ``ckpt_<epoch:06d>``.
+
+    Creating it (on every process) removes temporary directories left by a killed save."""
+    import orbax.checkpoint as ocp  # ~0.2 s on top of jax; only runs that checkpoint pay it
+
+    options = ocp.CheckpointManagerOptions(
+        step_prefix=_PREFIX,
+        step_format_fixed_length=6,
+        enable_async_checkpointing=False,
+        cleanup_tmp_directories=True,
+        save_root_metadata=False,
+    )
+    # orbax needs absolute paths.
+    return ocp.CheckpointManager(
+        directory.absolute(), options=options, item_names=("state", "meta")
+    )
+
+
+def _reason(e: BaseException) -> str:
+    """The first line of the root cause of an orbax/tensorstore error, without tensorstore's
+    dump of its spec."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    text = str(e).split(" [tensorstore_spec=")[0].split(" See full TensorStore details")[0]
+    lines = text.strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _restore(path: Path, **items):
+    """Restores the named items (``ocp.args``) of the step directory ``path``.
+
+    Raises:
+      CheckpointError: for anything orbax or tensorstore cannot read.
+    """
+    import orbax.checkpoint as ocp
+
+    if not (path / "_CHECKPOINT_METADATA").is_file() and not (path / "meta").is_dir():
+        raise CheckpointError(f"checkpoint {path} is unreadable or truncated: not a checkpoint")
+    try:
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+            return ckptr.restore(path.absolute(), args=ocp.args.Composite(**items))
+    except Exception as e:  # orbax and tensorstore raise many types; all mean "unreadable"
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable or truncated ({_reason(e)}); delete it to start over"
+        ) from e
+
+
+def _is_key(x) -> bool:
+    return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
 
 
 def _leaf_paths(tree) -> list[tuple[str, Any]]:
@@ -37,83 +120,241 @@ def _leaf_paths(tree) -> list[tuple[str, Any]]:
     return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat]
 
 
-def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, Any]) -> Path:
-    """Writes ``state`` as ``directory/ckpt_<epoch>.npz`` atomically; returns the path.
+def _digest(meta: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
 
-    In a multi-process run every process must call this (leaves sharded over several
-    processes are all-gathered, a collective); only process 0 writes the file.
+
+# ---------------------------------------------------------------------- checksums
+
+
+def _partial_checksum(data: np.ndarray, index: tuple[slice, ...], shape: tuple[int, ...]) -> int:
+    """``sum_i word_i * weight(global position_i) mod 2**32`` over the block ``data`` found at
+    ``index`` of an array of ``shape``: the blocks of a partition add up to the checksum of the
+    whole array, whatever the partition (sharding)."""
+    flat = np.zeros((), np.int64)
+    for n, sl in zip(shape, index, strict=True):  # global row-major positions of the block
+        start, stop, _ = sl.indices(n)
+        flat = flat[..., None] * n + np.arange(start, stop, dtype=np.int64)
+    data, flat = np.ascontiguousarray(data).reshape(-1), flat.reshape(-1)
+    size = data.dtype.itemsize
+    if size % 4 == 0:
+        k = size // 4
+        words = data.view(np.uint32)
+        flat = (flat[:, None] * k + np.arange(k)).reshape(-1)
+    else:
+        words = data.view(f"u{size}")
+    weights = flat.astype(np.uint64) * np.uint64(_MIX) | np.uint64(1)
+    return int(np.sum(words.astype(np.uint64) * weights, dtype=np.uint64)) % 2**32
+
+
+def _checksums(leaves: list) -> list[int]:
+    """The checksum of every leaf (host or device arrays, any sharding; key data, not keys).
+
+    A collective in a multi-process run (sharded leaves reduce their per-process parts), so
+    every process calls it for the same leaves in the same order."""
+    sums, remote = [], []
+    for leaf in leaves:
+        if not isinstance(leaf, jax.Array):
+            a = np.asarray(leaf)
+            sums.append(_partial_checksum(a, tuple(slice(None) for _ in a.shape), a.shape))
+            remote.append(False)
+            continue
+        total = 0
+        for shard in leaf.addressable_shards:
+            if shard.replica_id == 0:  # count each block once, on the process holding replica 0
+                total += _partial_checksum(np.asarray(shard.data), shard.index, leaf.shape)
+        sums.append(total % 2**32)
+        remote.append(not leaf.is_fully_addressable)
+    if any(remote):
+        from jax.experimental import multihost_utils
+
+        parts = multihost_utils.process_allgather(np.asarray(sums, np.uint32))
+        sums = [
+            sum(int(p) for p in parts[:, i]) % 2**32 if r else s
+            for i, (s, r) in enumerate(zip(sums, remote, strict=True))
+        ]
+    return sums
+
+
+# ---------------------------------------------------------------------- public API
+
+
+def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, Any]) -> Path:
+    """Writes ``state`` as the orbax step ``directory/ckpt_<epoch>`` atomically; returns its
+    path. An existing checkpoint of the same epoch is replaced.
+
+    In a multi-process run every process must call this: each writes its own shards, orbax
+    synchronises the processes and process 0 commits the step.
     """
+    import orbax.checkpoint as ocp
+
     directory = Path(directory)
-    final = directory / f"ckpt_{epoch:06d}.npz"
-    arrays = {}
-    for i, (_, leaf) in enumerate(_leaf_paths(state)):
-        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+    names, values, keys = [], [], []
+    for name, leaf in _leaf_paths(state):
+        keys.append(str(jax.random.key_impl(leaf)) if _is_key(leaf) else None)
+        if _is_key(leaf):
             leaf = jax.random.key_data(leaf)
-        arrays[f"leaf{i:05d}"] = to_host(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)
-    if jax.process_index() != 0:
-        return final
-    directory.mkdir(parents=True, exist_ok=True)
+        names.append(name)
+        values.append(leaf if isinstance(leaf, jax.Array) else np.asarray(leaf))
     meta = {
+        **header,
         "format_version": FORMAT_VERSION,
         "epoch": int(epoch),
-        "leaf_paths": [p for p, _ in _leaf_paths(state)],
-        **header,
+        "leaf_paths": names,
+        "leaf_shapes": [list(a.shape) for a in values],
+        "leaf_dtypes": [str(a.dtype) for a in values],
+        "leaf_keys": keys,
+        "leaf_checksums": _checksums(values),
     }
-    arrays["__header__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    atomic_write(final, lambda f: np.savez(f, **arrays))
-    return final
+    meta["sha256"] = _digest(meta)
+    # orbax cannot store empty arrays: their shape and dtype in the meta item say everything.
+    arrays = {f"leaf{i:05d}": v for i, v in enumerate(values) if np.size(v)}
+    with _manager(directory) as manager:
+        if int(epoch) in manager.all_steps():
+            manager.delete(int(epoch))
+        manager.save(
+            int(epoch),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)
+            ),
+            force=True,  # the loop decides when to save, not orbax's interval policy
+        )
+    return directory / f"{_PREFIX}_{int(epoch):06d}"
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The checkpoint with the highest epoch in ``directory``, or ``None``."""
+    """The checkpoint with the highest epoch in ``directory``, or ``None``.
+
+    Raises:
+      CheckpointError: if ``directory`` holds only checkpoints of the old ``.npz`` format.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         return None
-    found = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name)))
-    return found[-1][1] if found else None
+    found = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _NAME.match(p.name)))
+    if not found:
+        if any(_OLD_NAME.match(p.name) for p in directory.iterdir()):
+            raise CheckpointError(
+                f"{directory} holds checkpoints of format 1 (ckpt_*.npz), which this version "
+                f"(format {FORMAT_VERSION}, orbax) cannot resume; delete them to start over"
+            )
+        return None
+    return directory / f"{_PREFIX}_{found[-1]:06d}"
 
 
 def read_header(path: str | Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f, np.load(f) as data:
-            return json.loads(bytes(data["__header__"]).decode())
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+    """The JSON item of the checkpoint at ``path``: what ``save_checkpoint`` got as ``header``,
+    plus ``format_version``, ``epoch`` and the leaves' paths, shapes, dtypes and checksums.
+
+    Raises:
+      CheckpointError: if the checkpoint is unreadable, altered or of another format version.
+    """
+    import orbax.checkpoint as ocp
+
+    path = Path(path)
+    meta = _restore(path, meta=ocp.args.JsonRestore()).meta
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        version = meta.get("format_version") if isinstance(meta, dict) else None
         raise CheckpointError(
-            f"checkpoint {path} is unreadable or truncated ({e}); delete it to start over"
+            f"checkpoint {path} has format version {version}, expected {FORMAT_VERSION}"
+        )
+    if meta.get("sha256") != _digest({k: v for k, v in meta.items() if k != "sha256"}):
+        raise CheckpointError(f"checkpoint {path} is corrupt: its header was altered")
+    return meta
+
+
+def _empty(target: jax.ShapeDtypeStruct):
+    """An empty leaf (orbax stores none) in the target's sharding, or as a NumPy array."""
+    value = np.zeros(target.shape, target.dtype)
+    return value if target.sharding is None else place(value, target.sharding)
+
+
+def _array_spec(path: Path) -> Callable[[str], dict[str, Any]]:
+    """``key -> tensorstore spec`` of the arrays of the ``state`` item, as orbax wrote them
+    (its ``_METADATA`` says whether through OCDBT and in which zarr format). Also parses the
+    per-process array metadata that an orbax restore reads concurrently."""
+    state = path.absolute() / "state"
+    try:
+        flags = json.loads((state / "_METADATA").read_text())
+        for f in sorted((state / "array_metadatas").glob("*")):
+            json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable or truncated ({_reason(e)}); delete it to start over"
         ) from e
+    driver = "zarr3" if flags.get("use_zarr3") else "zarr"
+    if flags.get("use_ocdbt", True):
+        return lambda key: {
+            "driver": driver,
+            "kvstore": {"driver": "ocdbt", "base": f"file://{state}/", "path": f"{key}/"},
+        }
+    return lambda key: {"driver": driver, "kvstore": {"driver": "file", "path": f"{state / key}/"}}
+
+
+def _validated(path: Path, meta: dict[str, Any], picked: list[int]) -> Iterator[np.ndarray]:
+    """The saved leaves ``picked`` (indices), each read whole through tensorstore's synchronous
+    API and checked against its shape, dtype and checksum.
+
+    An orbax restore reads many arrays concurrently; when one read fails, the others complete
+    into its closed event loop and print tracebacks. Reading every array here first, one at a
+    time, turns any damage into one clean :class:`CheckpointError` before orbax starts.
+    """
+    import tensorstore as ts
+
+    spec = None
+    for i in picked:
+        shape, dtype = tuple(meta["leaf_shapes"][i]), jnp.dtype(meta["leaf_dtypes"][i])
+        if not math.prod(shape):
+            yield np.zeros(shape, dtype)
+            continue
+        spec = spec or _array_spec(path)
+        try:
+            store = ts.open(spec(f"leaf{i:05d}"), open=True, read=True).result()
+            value = np.asarray(store.read().result())
+        except Exception as e:  # tensorstore reports every failure as a ValueError today
+            raise CheckpointError(
+                f"checkpoint {path} is unreadable or truncated ({_reason(e)}); "
+                "delete it to start over"
+            ) from e
+        full = tuple(slice(None) for _ in shape)
+        if (
+            value.shape != shape
+            or value.dtype != dtype
+            or _partial_checksum(value, full, shape) != meta["leaf_checksums"][i]
+        ):
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: leaf {meta['leaf_paths'][i]} differs from what "
+                "was saved (checksum); delete it to start over"
+            )
+        yield value
 
 
 def read_leaves(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
     """The saved leaves whose tree path starts with ``prefix`` (e.g. ``".comm_state"``), by
-    path, as NumPy arrays: for state whose shapes only the checkpoint knows."""
-    header = read_header(path)
-    try:
-        with open(path, "rb") as f, np.load(f) as data:
-            return {
-                name: data[f"leaf{i:05d}"]
-                for i, name in enumerate(header["leaf_paths"])
-                if name.startswith(prefix)
-            }
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-        raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({e})") from e
+    path, as NumPy arrays (PRNG keys as their key data), verified: for state whose shapes only
+    the checkpoint knows. Only these leaves are read (whole, on every process)."""
+    path = Path(path)
+    meta = read_header(path)
+    picked = [i for i, name in enumerate(meta["leaf_paths"]) if name.startswith(prefix)]
+    values = _validated(path, meta, picked)
+    return {meta["leaf_paths"][i]: v for i, v in zip(picked, values, strict=True)}
 
 
 def restore_checkpoint(path: str | Path, template) -> tuple[Any, dict[str, Any]]:
-    """Loads the checkpoint at ``path`` into the structure and shardings of ``template``.
+    """Loads the checkpoint at ``path`` into the structure and shardings of ``template``
+    (each process reads only the shards it holds).
 
     Returns:
       ``(state, header)``.
 
     Raises:
-      CheckpointError: if the file is unreadable or its leaves differ from the template's
-        (names the first mismatching leaf).
+      CheckpointError: if the checkpoint is unreadable or altered, or its leaves differ from
+        the template's (names the first mismatching leaf).
     """
+    import orbax.checkpoint as ocp
+
+    path = Path(path)
     header = read_header(path)
-    if header.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {path} has format version {header.get('format_version')}, "
-            f"expected {FORMAT_VERSION}"
-        )
     leaves = _leaf_paths(template)
     names = [p for p, _ in leaves]
     if header["leaf_paths"] != names:
@@ -122,23 +363,28 @@ def restore_checkpoint(path: str | Path, template) -> tuple[Any, dict[str, Any]]
             f"checkpoint {path} does not match this run's state: leaves differ at {missing[:3]}"
             " (a different model, optimizer or method?)"
         )
-    restored = []
-    try:
-        with open(path, "rb") as f, np.load(f) as data:
-            for i, (name, leaf) in enumerate(leaves):
-                value = data[f"leaf{i:05d}"]
-                is_key = jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-                expect = jax.random.key_data(leaf) if is_key else leaf
-                if value.shape != expect.shape or value.dtype != expect.dtype:
-                    raise CheckpointError(
-                        f"checkpoint {path}: leaf {name} has shape {value.shape} "
-                        f"{value.dtype}, this run expects {expect.shape} {expect.dtype}"
-                    )
-                value = place(value, leaf.sharding)  # this process's shards only
-                if is_key:
-                    value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf))
-                restored.append(value)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-        raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({e})") from e
+    targets = {}
+    for i, (name, leaf) in enumerate(leaves):
+        expect = jax.random.key_data(leaf) if _is_key(leaf) else leaf
+        if not isinstance(expect, jax.Array):
+            expect = np.asarray(expect)
+        shape, dtype = expect.shape, expect.dtype
+        saved = (tuple(header["leaf_shapes"][i]), jnp.dtype(header["leaf_dtypes"][i]))
+        if saved != (shape, dtype):
+            raise CheckpointError(
+                f"checkpoint {path}: leaf {name} has shape {saved[0]} {saved[1]}, this run "
+                f"expects {shape} {dtype}"
+            )
+        sharding = expect.sharding if isinstance(expect, jax.Array) else None
+        targets[f"leaf{i:05d}"] = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+    for _ in _validated(path, header, list(range(len(targets)))):
+        pass  # one leaf in memory at a time
+    stored = {k: t for k, t in targets.items() if t.size}
+    state = _restore(path, state=ocp.args.StandardRestore(stored)).state if stored else {}
+    values = [state[k] if t.size else _empty(t) for k, t in targets.items()]
+    restored = [
+        jax.random.wrap_key_data(v, impl=jax.random.key_impl(leaf)) if _is_key(leaf) else v
+        for v, (_, leaf) in zip(values, leaves, strict=True)
+    ]
     treedef = jax.tree_util.tree_structure(template)
     return jax.tree_util.tree_unflatten(treedef, restored), header

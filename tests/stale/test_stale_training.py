@@ -333,7 +333,7 @@ def test_checkpoint_resume_restores_caches_exactly(tmp_path, method, leaf):
     train(config.replace(workdir=str(full)), graph=graph)
     # A run stopped after its epoch-3 checkpoint: keep that checkpoint and its metrics.
     (cut / "checkpoints").mkdir(parents=True)
-    shutil.copy(full / "checkpoints" / "ckpt_000003.npz", cut / "checkpoints")
+    shutil.copytree(full / "checkpoints" / "ckpt_000003", cut / "checkpoints" / "ckpt_000003")
     lines = (full / "metrics.jsonl").read_text().splitlines()[:3]
     (cut / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     train(config.replace(workdir=str(cut)), graph=graph)
@@ -344,8 +344,8 @@ def test_checkpoint_resume_restores_caches_exactly(tmp_path, method, leaf):
         assert sent[1:] == sent[:-1]
     else:
         assert sent[2] < sent[1] and sent[3] == sent[1] and sent[4] == sent[2]  # skip at 3, 5
-    a = read_leaves(full / "checkpoints" / "ckpt_000006.npz", ".comm_state")
-    b = read_leaves(cut / "checkpoints" / "ckpt_000006.npz", ".comm_state")
+    a = read_leaves(full / "checkpoints" / "ckpt_000006", ".comm_state")
+    b = read_leaves(cut / "checkpoints" / "ckpt_000006", ".comm_state")
     assert sorted(a) == sorted(b) and any(leaf in k for k in a)
     if method == "pipegcn":  # exchanged before dropout: layer 0's halo holds raw features
         parts = partition_graph(graph, 4, method="metis", seed=config.seed)

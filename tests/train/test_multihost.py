@@ -167,8 +167,8 @@ def test_resume_two_processes(tmp_path, capsys):
         done = _launch(multi, [*args, "--epochs", epochs, "--workdir", str(multi)])
         assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (multi / "checkpoints").iterdir()) == [
-        "ckpt_000002.npz",
-        "ckpt_000004.npz",
+        "ckpt_000002",
+        "ckpt_000004",
     ]
     assert main([*args, "--epochs", "5", "--workdir", str(single)]) == 0
     _assert_same_run(_metrics(multi), _metrics(single))
