@@ -54,8 +54,20 @@ from jaxgraph.comm.costmodel import CostModel  # noqa: E402
 from jaxgraph.comm.quantized import BitAssignment, default_chunks  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
-from jaxgraph.train import DataConfig, ModelConfig, OptimConfig, TrainConfig, train  # noqa: E402
-from jaxgraph.train.loop import assignment_period, load_graph, make_strategy  # noqa: E402
+from jaxgraph.train import (  # noqa: E402
+    AdaQP,
+    DataConfig,
+    Method,
+    ModelConfig,
+    OptimConfig,
+    Quantized,
+    TrainConfig,
+    Vanilla,
+    load_graph,
+    make_strategy,
+    parse_method,
+    train,
+)
 
 from results_io import read_csv, write_csv  # noqa: E402
 
@@ -75,14 +87,32 @@ def data_config(name: str, seed: int) -> DataConfig:
     return DataConfig(name=name, seed=0)
 
 
+def make_method(name: str, assign: AssignConfig, period: int, chunks: int) -> Method:
+    """The method spelled ``name`` (as in :data:`METHODS`) with the grid's settings where they
+    apply: ``adaqp`` takes ``assign``, ``quant-random`` its candidate widths; both take the
+    ``period`` (0: epochs / 5) and the exchange layout ``chunks``."""
+    if name == "adaqp":
+        return AdaQP(assign=assign, period=period, chunks=chunks)
+    if name == "quant-random":
+        return Quantized("random", widths=assign.widths, period=period, chunks=chunks)
+    return parse_method(name)
+
+
+def _candidate_widths(method: Method) -> tuple[int, ...] | None:
+    """The widths a re-assigned method (:data:`PERIODIC`) chooses from; None for the others."""
+    if isinstance(method, AdaQP):
+        return method.assign.widths
+    if isinstance(method, Quantized) and method.bits == "random":
+        return method.widths
+    return None
+
+
 def _assignment_at(cfg: TrainConfig, plan, num_layers: int, epoch: int, metrics: list[dict]):
-    """The bit assignment the run used at ``epoch`` (None for Vanilla)."""
-    if cfg.method == "vanilla":
+    """The bit assignment the run used at ``epoch`` (None for adaqp)."""
+    if isinstance(cfg.method, Vanilla):
         return BitAssignment.uniform(plan, num_layers, 32)
-    if cfg.method.startswith("quant-"):  # the run's own strategy, as training builds it
-        q = make_strategy(
-            cfg.method, period=assignment_period(cfg), seed=cfg.seed, assign=cfg.assign
-        )
+    if isinstance(cfg.method, Quantized):  # the run's own strategy, as training builds it
+        q = make_strategy(cfg.method, epochs=cfg.epochs, seed=cfg.seed)
         return q.assignment(plan, num_layers, period_index=(epoch - 1) // q.period)
     return None
 
@@ -103,13 +133,13 @@ def projected_times(cfg, graph, metrics: list[dict]) -> dict[str, float]:
         cost = CostModel.from_preset(preset, cfg.parts)
         cache, per_epoch = {}, []
         for m in metrics:
-            if cfg.method == "adaqp":
+            if isinstance(cfg.method, AdaQP):
                 # The first period's uniform width until the first solve; then the logged
                 # projection.
                 if "projected" in m:
                     cache["adaqp"] = m["projected"][preset]
                 if "adaqp" not in cache:
-                    first = BitAssignment.uniform(plan, len(dims), first_width(cfg.assign))
+                    first = BitAssignment.uniform(plan, len(dims), first_width(cfg.method.assign))
                     cache["adaqp"] = sum(projected_comm_time(plan, first, dims, cost).values())
                 per_epoch.append(cache["adaqp"])
                 continue
@@ -122,24 +152,28 @@ def projected_times(cfg, graph, metrics: list[dict]) -> dict[str, float]:
     return out
 
 
-def run_one(cfg: TrainConfig, graph) -> dict:
+def run_one(cfg: TrainConfig, graph, *, assign: AssignConfig, period: int) -> dict:
+    """Trains ``cfg`` and returns its row. ``assign`` and ``period`` (0: epochs / 5) are the
+    grid's settings, recorded in every row (the table groups runs by them) whether or not
+    the method uses them."""
     with tempfile.TemporaryDirectory() as tmp:
         summary = train(cfg.replace(workdir=tmp), graph=graph)
         metrics = [json.loads(s) for s in Path(tmp, "metrics.jsonl").read_text().split("\n") if s]
+    adaptive, widths = isinstance(cfg.method, AdaQP), _candidate_widths(cfg.method)
     row = {
         "dataset": graph.name,
         "model": cfg.model.name,
         "layers": cfg.model.num_layers,
         "parts": cfg.parts,
-        "method": cfg.method,
+        "method": cfg.method.label(),
         "seed": cfg.seed,
-        "lam": cfg.assign.lam,
-        "group_size": cfg.assign.group_size,
-        "period": assignment_period(cfg),
-        "lookahead": cfg.assign.lookahead if cfg.method == "adaqp" else 0,
-        "solver": cfg.assign.solver if cfg.method == "adaqp" else "",
-        "widths": _widths_text(cfg.assign.widths) if cfg.method in PERIODIC else "",
-        "chunks": summary["exchange_chunks"] if cfg.method in PERIODIC else 0,
+        "lam": assign.lam,
+        "group_size": assign.group_size,
+        "period": period or max(cfg.epochs // 5, 1),
+        "lookahead": cfg.method.assign.lookahead if adaptive else 0,
+        "solver": cfg.method.assign.solver if adaptive else "",
+        "widths": _widths_text(widths) if widths is not None else "",
+        "chunks": summary["exchange_chunks"],  # 0 for the methods without a layout choice
         "compiled_steps": summary["compiled_steps"],
         "compile_time": summary["compile_time"],
         "test_acc": 100 * summary["test_at_best"],
@@ -452,17 +486,14 @@ def main(argv=None) -> None:
             data=data_config(dataset, seed),
             model=ModelConfig(name=model, hidden=args.hidden, num_layers=args.layers, dropout=0.5),
             optim=OptimConfig(learning_rate=0.01, weight_decay=5e-4),
-            assign=assign,
             parts=parts,
-            method=method,
-            assign_period=period,
-            exchange_chunks=chunks,
+            method=make_method(method, assign, period, chunks),
             epochs=args.epochs,
             seed=seed,
             progress=False,
         )
         t0 = time.perf_counter()
-        row = run_one(cfg, graphs[dataset])
+        row = run_one(cfg, graphs[dataset], assign=assign, period=period)
         rows.append(row)
         print(
             f"{dataset} {model} P={parts} {_label(method, solver, widths)} seed={seed} "

@@ -24,15 +24,26 @@ import time  # noqa: E402
 
 import jax  # noqa: E402
 
-from jaxgraph.models import make_model  # noqa: E402
-from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
-from jaxgraph.train import DataConfig, assemble_run  # noqa: E402
-from jaxgraph.train.loop import load_graph, make_strategy  # noqa: E402
+from jaxgraph.train import (  # noqa: E402
+    DataConfig,
+    ModelConfig,
+    TrainConfig,
+    build_run,
+    load_graph,
+    parse_method,
+)
 
 
-def measure(graph, plan, method: str, model_name: str, parts: int) -> dict:
-    model = make_model(model_name, hidden=64, out_dim=graph.num_classes, dropout=0.5)
-    run = assemble_run(graph, plan, make_strategy(method, model=model_name), model, parts)
+def exact_layout(method: str):
+    """The method spelled ``method`` with exact exchange buffers (``chunks = 0``: a step per
+    assignment, whose compile time is then part of every re-assignment) where it has a
+    layout choice (``quant-random``, ``adaqp``)."""
+    m = parse_method(method)
+    return m.replace(chunks=0) if "chunks" in m.options() else m
+
+
+def measure(config: TrainConfig, graph, method: str) -> dict:
+    run = build_run(config.replace(method=exact_layout(method)), graph)
     trainer, shards, state = run.trainer, run.shards, run.state
     t0 = time.perf_counter()
     lowered = trainer.train_step.lower(state, shards)
@@ -63,14 +74,21 @@ def main(argv=None) -> None:
     methods = ["vanilla", "quant-random"] if args.quick else list(args.methods)
     if "vanilla" not in methods:
         methods.insert(0, "vanilla")  # the baseline
-    graph = load_graph(DataConfig(name=args.dataset))
-    parts = partition_graph(graph, args.parts, seed=0)
-    plan = build_halo_plan(graph, parts, num_parts=args.parts)
+    data = DataConfig(name=args.dataset)
+    graph = load_graph(data)
+    config = TrainConfig(
+        data=data,
+        model=ModelConfig(name=args.model, hidden=64, dropout=0.5),
+        parts=args.parts,
+        partition="metis",
+        seed=0,
+        progress=False,
+    )
     print(
         f"{graph.name}, {args.model}, P = {args.parts}, jax {jax.__version__} "
         f"({jax.default_backend()})"
     )
-    rows = [measure(graph, plan, m, args.model, args.parts) for m in methods]
+    rows = [measure(config, graph, m) for m in methods]
     base = next(r for r in rows if r["method"] == "vanilla")["compile_s"]
     print(
         f"{'method':<14}{'lower (s)':>10}{'compile (s)':>12}{'x vanilla':>10}"

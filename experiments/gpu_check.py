@@ -169,22 +169,29 @@ def check_bitmap(report: dict, gpu: bool) -> bool:
 
 def check_training(report: dict, gpu: bool) -> bool:
     """A few epochs per method on a synthetic DC-SBM graph (no dataset files needed)."""
-    from jaxgraph.train import DataConfig, ModelConfig, TrainConfig, train
+    from jaxgraph.train import (
+        AdaQP,
+        DataConfig,
+        ModelConfig,
+        Quantized,
+        TrainConfig,
+        Vanilla,
+        train,
+    )
 
     ok = True
     parts = min(jax.device_count(), 8)
     nodes = 100_000 if gpu else 2_000
-    for method in ("vanilla", "quant-4", "adaqp"):
+    for method in (Vanilla(), Quantized(4), AdaQP(period=5)):
         cfg = TrainConfig(
             data=DataConfig(name="sbm", num_nodes=nodes, avg_degree=20.0, num_features=128),
             model=ModelConfig(hidden=128),
             parts=parts,
             method=method,
             epochs=10,
-            assign_period=5,
             progress=False,
         )
-        name = f"train sbm n={nodes} P={parts} {method}"
+        name = f"train sbm n={nodes} P={parts} {method.label()}"
         try:
             s = train(cfg)
             report[name] = {

@@ -62,11 +62,11 @@ from jaxgraph.train import (  # noqa: E402
     OptimConfig,
     TrainConfig,
     assemble_run,
+    load_graph,
     make_optimizer,
     make_strategy,
     train,
 )
-from jaxgraph.train.loop import load_graph  # noqa: E402
 
 from results_io import read_csv, write_csv  # noqa: E402
 
@@ -156,7 +156,7 @@ def comm_state_bytes(strategy, plan, dims) -> float:
 def run_one(args, graph, dataset: str, layers: int, parts: int, method: str, seed: int) -> dict:
     cfg = train_config(args, dataset, layers, parts, method, seed)
     summary = train(cfg, graph=graph)
-    strategy = make_strategy(method)
+    strategy = make_strategy(cfg.method, epochs=cfg.epochs, seed=cfg.seed)  # the run's
     plan = plan_for(strategy, graph, parts, cfg.seed)
     dims = make_model("gcn", hidden=args.hidden, out_dim=graph.num_classes, num_layers=layers)
     dims = dims.layer_input_dims(graph.num_features)

@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
+from pathlib import Path
 
 
 def emulate_cpu_devices(n: int) -> None:
@@ -69,11 +71,17 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("datasets", help="list the bundled datasets and their cache state")
 
     pp = sub.add_parser("partition", help="partition a graph and print the partition report")
-    pp.add_argument("--dataset", default="cora")
+    pp.add_argument("--dataset", help="bundled dataset (default cora), or 'sbm' / 'rmat'")
     pp.add_argument("--parts", type=int, default=8)
     pp.add_argument("--method", default="metis", choices=["metis", "random", "contiguous"])
     pp.add_argument("--seed", type=int, default=0)
     pp.add_argument("--heatmap", metavar="PNG", help="save the pair-volume heatmap here")
+    pp.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write each node's part here (.csv: node id, part), keyed by the graph's node ids",
+    )
+    _add_graph_args(pp)
 
     tp = sub.add_parser("train", help="distributed full-graph training")
     tp.add_argument("--config", help="a .json or .toml TrainConfig; flags override it")
@@ -132,16 +140,28 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compile a decided assignment's step at the period boundary, not in the background",
     )
+    tp.add_argument(
+        "--score",
+        choices=["sum", "squares"],
+        help="adaqp: weigh a message by the sum (default) or the sum of squares of its "
+        "aggregation coefficients",
+    )
+    tp.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="train on through a NaN or infinite loss (default: stop at that epoch, exit 2)",
+    )
     tp.add_argument("--epochs", type=int)
     tp.add_argument("--seed", type=int)
     tp.add_argument("--eval-every", type=int)
     tp.add_argument("--checkpoint-every", type=int)
     tp.add_argument("--workdir")
     tp.add_argument("--no-progress", action="store_true")
+    _add_graph_args(tp)
     _add_distributed_args(tp)
 
     ep = sub.add_parser("embed", help="random-walk node embedding (FeLoG, DeepWalk, node2vec)")
-    ep.add_argument("--dataset", default="blogcatalog", help="bundled dataset, or 'sbm'")
+    ep.add_argument("--dataset", help="bundled dataset (default blogcatalog), or 'sbm'")
     ep.add_argument("--nodes", type=int, default=2000, help="size of the 'sbm' graph")
     ep.add_argument("--method", default="felog", help="felog, deepwalk or node2vec")
     ep.add_argument(
@@ -205,14 +225,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument(
         "--full-every",
         type=int,
-        default=32,
-        help="hotspot/random: every this many periodic syncs merges all rows",
+        help="hotspot/random: every this many periodic syncs merges all rows (default 32)",
     )
     ep.add_argument(
         "--hotness",
-        default="total",
-        help="hotspot: update counts of the whole run (total), of the round (round) or since "
-        "each row's last merge (pending)",
+        help="hotspot: update counts of the whole run (total, default), of the round (round) "
+        "or since each row's last merge (pending)",
     )
     ep.add_argument(
         "--sync-rows",
@@ -228,7 +246,11 @@ def _build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--train-ratios", default="0.1,0.5,0.9")
     ep.add_argument("--shuffles", type=int, default=2)
     ep.add_argument("--retrieval", action="store_true", help="also FAISS Hit/MRR/nDCG@K")
-    ep.add_argument("--out", help="directory for embedding.npy, rounds.jsonl, eval.json")
+    ep.add_argument(
+        "--out",
+        help="directory for embedding.npy (row i: node i of nodes.txt, the graph's own ids), "
+        "context.npy, nodes.txt, rounds.jsonl, eval.json",
+    )
     ep.add_argument(
         "--on-unhealthy",
         help="a round whose loss per pair or largest row norm leaves its healthy range: warn "
@@ -236,8 +258,44 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ep.add_argument("--max-norm", type=float, help="the largest healthy row norm (default 100)")
     ep.add_argument("--quiet", action="store_true")
+    _add_graph_args(ep)
     _add_distributed_args(ep)
     return p
+
+
+def _add_graph_args(parser) -> None:
+    g = parser.add_argument_group("a graph file of your own, instead of --dataset")
+    g.add_argument(
+        "--graph",
+        metavar="PATH",
+        help="a PyG-style .npz (edge_index, x, y, masks), an edge list (.txt/.csv/.tsv, "
+        "optionally .gz; any node ids), a SciPy sparse .npz adjacency, or an OGB "
+        "node-property dataset directory",
+    )
+    g.add_argument(
+        "--format",
+        choices=["pyg", "edgelist", "scipy", "ogb"],
+        help="the file's format (default: from its name and content)",
+    )
+    d = g.add_mutually_exclusive_group()
+    d.add_argument(
+        "--directed",
+        dest="directed",
+        action="store_const",
+        const=True,
+        help="the edges are directed (needed where the file cannot say)",
+    )
+    d.add_argument(
+        "--undirected",
+        dest="directed",
+        action="store_const",
+        const=False,
+        help="each edge goes both ways",
+    )
+    g.add_argument(
+        "--features", metavar="FILE", help=".npy (rows in node-id order) or an id-keyed table"
+    )
+    g.add_argument("--labels", metavar="FILE", help="a table of node id and label")
 
 
 def _add_distributed_args(parser) -> None:
@@ -260,101 +318,152 @@ def _add_distributed_args(parser) -> None:
     )
 
 
-# Training options that apply to some methods only: the option's attribute -> the methods
-# (by family, see _method_family) whose strategy reads it.
-_METHOD_OPTIONS = {
-    "lam": ("adaqp",),
-    "group_size": ("adaqp",),
-    "interconnect": ("adaqp",),
-    "assign_solver": ("adaqp",),
-    "lookahead": ("adaqp",),
-    "widths": ("adaqp", "quant-random"),
-    "exchange_chunks": ("adaqp", "quant-random"),
-    "assign_period": ("adaqp", "quant-random"),
-    "no_compile_ahead": ("adaqp", "quant-random"),
+# Method options of `train`: the flag's attribute -> the field of the method it sets
+# ("assign.lam": a field of AdaQP's AssignConfig). A flag whose field the chosen method does
+# not take is an error naming both, never silently ignored.
+_METHOD_FLAGS = {
+    "assign_period": "period",
+    "exchange_chunks": "chunks",
+    "no_compile_ahead": "compile_ahead",
+    "widths": "widths",
+    "score": "score",
+    "lam": "assign.lam",
+    "group_size": "assign.group_size",
+    "interconnect": "assign.interconnect",
+    "assign_solver": "assign.solver",
+    "lookahead": "assign.lookahead",
+}
+# Config fields -> the flag that sets them, for messages.
+_FIELD_FLAGS = {
+    "data.num_nodes": "--nodes",
+    "data.seed": "--seed",
+    "model.name": "--model",
+    "model.hidden": "--hidden",
+    "model.num_layers": "--layers",
+    "model.dropout": "--dropout",
+    "optim.learning_rate": "--lr",
+    "optim.weight_decay": "--weight-decay",
+    "parts": "--parts",
+    "partition": "--partition",
+    "epochs": "--epochs",
+    "seed": "--seed",
+    "eval_every": "--eval-every",
+    "checkpoint_every": "--checkpoint-every",
+    "adaqp.period": "--assign-period",
+    "quantized.period": "--assign-period",
+    "adaqp.chunks": "--exchange-chunks",
+    "quantized.chunks": "--exchange-chunks",
+    "adaqp.score": "--score",
 }
 
 
-def _method_family(method: str) -> str:
-    """``adaqp``, ``quant-random``, or the method's own name (``sancus-h0.04`` -> ``sancus``)."""
-    if method in ("adaqp", "quant-random"):
-        return method
-    return method.split("-")[0]
+def _name_flag(message: str) -> str:
+    """A config error's leading field (``model.dropout must ...``) with its flag."""
+    field = message.split(" ", 1)[0]
+    flag = _FIELD_FLAGS.get(field)
+    return f"{flag} ({field}){message[len(field) :]}" if flag else message
 
 
-def _check_options_apply(args, method: str) -> None:
-    """A method-specific option given with a method that does not read it is an error naming
-    both (it would otherwise be silently ignored)."""
-    for option, methods in _METHOD_OPTIONS.items():
-        if getattr(args, option) in (None, False):
+def _method_with_flags(method, args):
+    """``method`` with the method options given on the command line."""
+    from jaxgraph.train.methods import METHOD_TYPES, AdaQP
+
+    changes, assign = {}, {}
+    for attr, field in _METHOD_FLAGS.items():
+        value = getattr(args, attr)
+        if value is None or value is False:
             continue
-        if _method_family(method) not in methods:
-            flag = "--" + option.replace("_", "-")
+        flag = "--" + attr.replace("_", "-")
+        if attr == "no_compile_ahead":
+            value = False
+        if attr == "widths":
+            value = tuple(value)
+            field = "assign.widths" if isinstance(method, AdaQP) else field
+        top, _, sub = field.partition(".")
+        if top not in method.options():
+            takers = [
+                "quant-random" if key == "quantized" else key
+                for key, cls in METHOD_TYPES.items()
+                if top in {f.name for f in dataclasses.fields(cls)}
+            ]
             raise ValueError(
-                f"{flag} applies to --method {' or '.join(methods)} only, not {method!r}"
+                f"{flag} applies to --method {' or '.join(takers)} only, not {method.label()!r}"
             )
+        if sub:
+            assign[sub] = value
+        else:
+            changes[top] = value
+    if assign:
+        changes["assign"] = dataclasses.replace(method.assign, **assign)
+    return method.replace(**changes) if changes else method
+
+
+def _graph_fields(args) -> dict:
+    """``--graph`` and its companions as :class:`DataConfig` fields (those given)."""
+    if args.graph is None:
+        for opt in ("format", "features", "labels", "directed"):
+            if getattr(args, opt) is not None:
+                raise ValueError(f"--{opt} applies to a graph file (--graph PATH) only")
+        return {}
+    if args.dataset is not None:
+        raise ValueError("give --dataset or --graph, not both")
+    fields = {"graph": args.graph, "format": args.format, "directed": args.directed}
+    fields.update(features=args.features, labels=args.labels)
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _train_config(args):
     from jaxgraph.train import TrainConfig, load_config
+    from jaxgraph.train.methods import parse_method
 
-    cfg = load_config(args.config) if args.config else TrainConfig()
-    _check_options_apply(args, args.method or cfg.method)
-    data = {k: v for k, v in (("name", args.dataset), ("num_nodes", args.nodes)) if v is not None}
-    model = {
-        k: v
-        for k, v in (
-            ("name", args.model),
-            ("hidden", args.hidden),
-            ("num_layers", args.layers),
-            ("dropout", args.dropout),
+    try:
+        cfg = load_config(args.config) if args.config else TrainConfig()
+        method = _method_with_flags(parse_method(args.method or cfg.method), args)
+        data = {
+            k: v for k, v in (("name", args.dataset), ("num_nodes", args.nodes)) if v is not None
+        }
+        data.update(_graph_fields(args))
+        model = {
+            k: v
+            for k, v in (
+                ("name", args.model),
+                ("hidden", args.hidden),
+                ("num_layers", args.layers),
+                ("dropout", args.dropout),
+            )
+            if v is not None
+        }
+        optim = {
+            k: v
+            for k, v in (("learning_rate", args.lr), ("weight_decay", args.weight_decay))
+            if v is not None
+        }
+        top = {
+            k: v
+            for k, v in (
+                ("parts", args.parts),
+                ("partition", args.partition),
+                ("epochs", args.epochs),
+                ("seed", args.seed),
+                ("eval_every", args.eval_every),
+                ("checkpoint_every", args.checkpoint_every),
+                ("workdir", args.workdir),
+            )
+            if v is not None
+        }
+        if args.no_progress:
+            top["progress"] = False
+        if args.allow_nonfinite:
+            top["allow_nonfinite"] = True
+        return cfg.replace(
+            data=dataclasses.replace(cfg.data, **data),
+            model=dataclasses.replace(cfg.model, **model),
+            optim=dataclasses.replace(cfg.optim, **optim),
+            method=method,
+            **top,
         )
-        if v is not None
-    }
-    optim = {
-        k: v
-        for k, v in (("learning_rate", args.lr), ("weight_decay", args.weight_decay))
-        if v is not None
-    }
-    assign = {
-        k: v
-        for k, v in (
-            ("lam", args.lam),
-            ("group_size", args.group_size),
-            ("interconnect", args.interconnect),
-            ("lookahead", args.lookahead),
-            ("solver", args.assign_solver),
-            ("widths", tuple(args.widths) if args.widths else None),
-        )
-        if v is not None
-    }
-    top = {
-        k: v
-        for k, v in (
-            ("parts", args.parts),
-            ("partition", args.partition),
-            ("method", args.method),
-            ("assign_period", args.assign_period),
-            ("exchange_chunks", args.exchange_chunks),
-            ("epochs", args.epochs),
-            ("seed", args.seed),
-            ("eval_every", args.eval_every),
-            ("checkpoint_every", args.checkpoint_every),
-            ("workdir", args.workdir),
-        )
-        if v is not None
-    }
-    if args.no_progress:
-        top["progress"] = False
-    if args.no_compile_ahead:
-        top["compile_ahead"] = False
-    return cfg.replace(
-        data=dataclasses.replace(cfg.data, **data),
-        model=dataclasses.replace(cfg.model, **model),
-        optim=dataclasses.replace(cfg.optim, **optim),
-        assign=dataclasses.replace(cfg.assign, **assign),
-        **top,
-    )
+    except ValueError as e:
+        raise ValueError(_name_flag(str(e))) from e
 
 
 def _start_distributed(args) -> str:
@@ -375,11 +484,72 @@ def _start_distributed(args) -> str:
     return f" (process {jax.process_index()}/{jax.process_count()})"
 
 
+def check_output_file(path: str, option: str) -> Path:
+    """An output file's path, checked before any work: its directory exists and it is not
+    itself a directory."""
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"{option} {path} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise ValueError(f"{option} {path}: directory {out.parent} does not exist")
+    return out
+
+
+def _partition(args) -> None:
+    from jaxgraph.atomic import atomic_write_text
+    from jaxgraph.mesh import make_mesh
+    from jaxgraph.partition import partition_graph, partition_report
+    from jaxgraph.train import DataConfig, load_graph
+
+    if args.parts < 1:
+        raise ValueError(f"--parts must be an integer >= 1, got {args.parts}")
+    out = check_output_file(args.out, "--out") if args.out else None
+    heatmap = check_output_file(args.heatmap, "--heatmap") if args.heatmap else None
+    graph = load_graph(
+        DataConfig(name=args.dataset or "cora", seed=args.seed, **_graph_fields(args))
+    )
+    if args.parts > graph.num_nodes:
+        raise ValueError(
+            f"--parts {args.parts} exceeds the {graph.num_nodes} nodes of {graph.name!r}"
+        )
+    make_mesh(args.parts)  # the plan targets this many devices
+    parts = partition_graph(graph, args.parts, method=args.method, seed=args.seed)
+    report = partition_report(graph, parts)
+    print(f"{graph!r}\n{args.method} partition into {args.parts} parts\n")
+    print(report.format())
+    if heatmap is not None:
+        report.save_heatmap(heatmap)
+        print(f"\npair-volume heatmap written to {heatmap}")
+    if out is not None:
+        rows = "".join(
+            f"{i},{p}\n" for i, p in zip(graph.ids.tolist(), parts.tolist(), strict=True)
+        )
+        atomic_write_text(out, "node,part\n" + rows)
+        print(f"parts of {graph.num_nodes} nodes written to {out}")
+
+
+def _log_notes() -> None:
+    """What the library notes while reading inputs (a split made, self-loops removed) goes
+    to stderr."""
+    log = logging.getLogger("jaxgraph")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("jaxgraph: note: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    _log_notes()
     emulate_cpu_devices(_cpu_devices(args))
     where = ""
     try:
+        if args.command == "train":  # every option checked before any JAX work
+            config = _train_config(args)
+            if config.workdir is not None and Path(config.workdir).is_file():
+                raise ValueError(f"--workdir {config.workdir} is a file, not a directory")
         if args.command in ("train", "embed"):
             where = _start_distributed(args)  # before any other JAX call
         if args.command == "datasets":
@@ -387,19 +557,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(format_dataset_info())
         elif args.command == "partition":
-            from jaxgraph.mesh import make_mesh
-            from jaxgraph.partition import partition_graph, partition_report
-            from jaxgraph.train import DataConfig, load_graph
-
-            graph = load_graph(DataConfig(name=args.dataset, seed=args.seed))
-            make_mesh(args.parts)  # the plan targets this many devices
-            parts = partition_graph(graph, args.parts, method=args.method, seed=args.seed)
-            report = partition_report(graph, parts)
-            print(f"{graph!r}\n{args.method} partition into {args.parts} parts\n")
-            print(report.format())
-            if args.heatmap:
-                report.save_heatmap(args.heatmap)
-                print(f"\npair-volume heatmap written to {args.heatmap}")
+            _partition(args)
         elif args.command == "embed":
             from jaxgraph.distributed import is_primary
             from jaxgraph.embed.run import run_cli
@@ -411,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
             from jaxgraph.distributed import is_primary
             from jaxgraph.train import train
 
-            summary = train(_train_config(args))
+            summary = train(config)
             if is_primary():
                 print(json.dumps(summary, indent=2))
     except (ValueError, RuntimeError, OSError) as e:

@@ -201,6 +201,8 @@ class Adaptive(Quantized):
       chunks: ``0``: each assignment gets an exact layout and compiles its own step; ``J >=
         1``: one chunked layout (:func:`~jaxgraph.comm.quantized.bucket_state`), one compiled
         step for the whole run.
+      squares: weigh a message by the sum of squares of its aggregation coefficients (the
+        variance it adds) instead of their sum (AdaQP's bound).
     """
 
     def __init__(
@@ -212,6 +214,7 @@ class Adaptive(Quantized):
         cost=None,
         seed: int = 0,
         chunks: int = 0,
+        squares: bool = False,
     ):
         super().__init__(8, period=period, seed=seed)
         check_chunks(chunks)
@@ -225,12 +228,21 @@ class Adaptive(Quantized):
                 f"period ({period} epochs)"
             )
         self.config, self.norm, self.cost = config, norm, cost
+        self.squares = bool(squares)
         self.name = "adaqp"
         self.last_update: dict | None = None  # host-side log of the latest installed solve
         self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
 
     def _key(self):
-        return (type(self), self.config, self.period, self.norm, self.seed, self.chunks)
+        return (
+            type(self),
+            self.config,
+            self.period,
+            self.norm,
+            self.seed,
+            self.chunks,
+            self.squares,
+        )
 
     # ------------------------------------------------------------------ host side
 
@@ -377,7 +389,7 @@ class Adaptive(Quantized):
         """The per-key inputs of the program: ``{key: (beta per round [P, S_r] indexed by the
         channel's sender, feature dim, reversed)}``; ``reversed`` marks the backward keys,
         whose channel for forward sender ``d`` in round ``r`` runs from ``d + r`` to ``d``."""
-        scores = aggregation_scores(plan, self.norm)
+        scores = aggregation_scores(plan, self.norm, squares=self.squares)
         out = {}
         for layer, dim in enumerate(layer_dims):
             traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]

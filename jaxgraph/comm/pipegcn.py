@@ -227,24 +227,4 @@ def _replace(comm_state, layer, new):
     return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
-def make_pipegcn(method: str) -> PipeGCN:
-    """``pipegcn`` (no smoothing), ``pipegcn-f`` / ``-g`` / ``-fg`` (average the features,
-    the gradients or both with momentum 0.95), ``pipegcn-sync`` (staleness off).
-
-    Raises:
-      ValueError: for any other name.
-    """
-    m = DEFAULT_MOMENTUM
-    table = {
-        "pipegcn": PipeGCN(),
-        "pipegcn-f": PipeGCN(feature_momentum=m),
-        "pipegcn-g": PipeGCN(gradient_momentum=m),
-        "pipegcn-fg": PipeGCN(feature_momentum=m, gradient_momentum=m),
-        "pipegcn-sync": PipeGCN(stale=False),
-    }
-    if method not in table:
-        raise ValueError(f"unknown PipeGCN method {method!r}; choose one of {', '.join(table)}")
-    return table[method]
-
-
-__all__ = ["PipeGCN", "make_pipegcn", "reverse_ring_scatter", "stale_halo"]
+__all__ = ["PipeGCN", "reverse_ring_scatter", "stale_halo"]

@@ -86,7 +86,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import ClassVar, Literal
 
 import jax
@@ -501,47 +500,6 @@ class SkipG(CommStrategy):
         return out
 
 
-_SANCUS = re.compile(
-    r"^sancus-(?P<kind>[eah])(?P<bound>inf|\d+(?:\.\d+)?)"
-    r"(?:-w(?P<warmup>\d+))?(?:-clip(?P<clip>\d+(?:\.\d+)?))?$"
-)
-_KINDS = {"e": "epoch", "a": "adaptive", "h": "gap"}
-_SKIPG = re.compile(r"^skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?$")
-
-
-def make_block_strategy(method: str) -> CommStrategy:
-    """``cagnet``, ``sancus-<policy><Δ>[-w<warmup>][-clip<th>]`` or
-    ``skipg[-<Δ>][-w<warmup>]`` (:class:`SkipG`; Δ = 1 and 50 warm-up epochs by default).
-
-    ``<policy>`` is ``e`` (Δ_E epochs), ``a`` (Δ_A epochs) or ``h`` (Δ_H, mean absolute
-    difference); ``Δ`` may be ``inf``. Examples: ``sancus-e1``, ``sancus-a2-w20``,
-    ``sancus-h0.04-clip1``. The warm-up defaults to 50 epochs, clipping to off.
-
-    Raises:
-      ValueError: for any other name.
-    """
-    if method == "cagnet":
-        return CAGNET()
-    g = _SKIPG.match(method)
-    if g is not None:
-        bound = 1 if g["bound"] is None else (math.inf if g["bound"] == "inf" else int(g["bound"]))
-        return SkipG(bound, 50 if g["warmup"] is None else int(g["warmup"]))
-    m = _SANCUS.match(method)
-    if m is None:
-        raise ValueError(
-            f"unknown block-row method {method!r}; expected 'cagnet', "
-            "'sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]' (e.g. sancus-e1, sancus-h0.04) or "
-            "'skipg[-<bound>][-w<warmup>]' (e.g. skipg, skipg-2-w20)"
-        )
-    kind = _KINDS[m["kind"]]
-    bound = math.inf if m["bound"] == "inf" else float(m["bound"])
-    if kind != "gap" and bound != math.inf and bound != int(bound):
-        raise ValueError(f"an epoch bound must be a whole number of epochs, got {method!r}")
-    warmup = 50 if m["warmup"] is None else int(m["warmup"])
-    clip = None if m["clip"] is None else float(m["clip"])
-    return Sancus(StalenessPolicy(kind, bound, warmup), local_grad_clip=clip)
-
-
 __all__ = [
     "CAGNET",
     "NOT_READ",
@@ -550,7 +508,6 @@ __all__ = [
     "StalenessPolicy",
     "decide",
     "decision_bytes",
-    "make_block_strategy",
     "table_bytes",
     "variation_gap",
 ]

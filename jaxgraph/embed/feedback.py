@@ -64,6 +64,8 @@ class FeedbackConfig:
     center: bool = False
 
     def __post_init__(self):
+        if not -1.0 <= self.mu <= 1.0:  # Psi is a mean cosine, in [-1, 1]
+            raise ValueError(f"mu must lie in [-1, 1] (Psi is a mean cosine), got {self.mu}")
         if self.num_neighbors < 1:
             raise ValueError(f"num_neighbors must be >= 1, got {self.num_neighbors}")
         if self.stop_ratio is not None and not 0.0 < self.stop_ratio <= 1.0:

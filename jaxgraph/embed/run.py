@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxgraph.atomic import atomic_write_bytes
+from jaxgraph.atomic import atomic_write_bytes, atomic_write_text
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
@@ -98,6 +98,11 @@ class EmbedConfig:
             )
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if self.walk.walk_length < 2:
+            raise ValueError(
+                f"walk_length must be >= 2 to train (a walk of one node has no pairs), "
+                f"got {self.walk.walk_length}"
+            )
         if self.seed < 0:
             raise ValueError(f"seed must be non-negative, got {self.seed}")
 
@@ -291,6 +296,11 @@ def save_npy(path: str | Path, array: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def save_nodes(path: str | Path, ids: np.ndarray) -> None:
+    """The node id of every embedding row, one per line (atomic)."""
+    atomic_write_text(path, "".join(f"{i}\n" for i in ids.tolist()))
+
+
 def save_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
 
@@ -390,7 +400,50 @@ def preset(name: str, method: Method = "felog") -> EmbedConfig:
 
 def config_from_args(args) -> EmbedConfig:
     """The :class:`EmbedConfig` of a ``jaxgraph embed`` command line: the preset's values,
-    with every option given on the command line in place of its own."""
+    with every option given on the command line in place of its own.
+
+    Raises:
+      ValueError: an option out of its range, or one that does not apply (the message names
+        the option, the value and the range).
+    """
+    try:
+        return _config_from_args(args)
+    except _SectionError as e:
+        raise ValueError(_name_option(str(e.__cause__), e.section)) from e.__cause__
+    except ValueError as e:
+        raise ValueError(_name_option(str(e), None)) from e
+
+
+# (section, config field) -> the option that sets it, for messages: two sections have a
+# field `counts` (`--counts` sets the corpus's, `--hotness` the sync's).
+_FIELD_OPTIONS = {(section, field): option for option, (section, field) in _OPTIONS.items()}
+_FIELD_OPTIONS["sgns", "row_cap"] = "row_cap"
+_FIELD_OPTIONS["sync", "counts"] = "hotness"
+_FIELD_OPTIONS["sync", "full_every"] = "full_every"
+_FIELD_OPTIONS["sync", "num_rows"] = "sync_rows"
+
+
+class _SectionError(ValueError):
+    """A section of the config refused its fields; ``__cause__`` says why."""
+
+    def __init__(self, section: str):
+        super().__init__(section)
+        self.section = section
+
+
+def _name_option(message: str, section: str | None) -> str:
+    """``dim must be positive`` -> ``--dim (dim) must be positive``."""
+    field = message.split(" ", 1)[0]
+    option = _FIELD_OPTIONS.get((section, field))
+    if option is None:  # a check across sections: name the option if only one sets the field
+        options = {o for (_, f), o in _FIELD_OPTIONS.items() if f == field}
+        if len(options) != 1:
+            return message
+        (option,) = options
+    return f"--{option.replace('_', '-')} ({field}){message[len(field) :]}"
+
+
+def _config_from_args(args) -> EmbedConfig:
     method = args.method
     if method == "deepwalk" and args.walker not in (None, "deepwalk"):
         raise ValueError("--walker applies to --method felog only")
@@ -406,31 +459,103 @@ def config_from_args(args) -> EmbedConfig:
         sections.setdefault("sgns", {})["row_cap"] = args.row_cap
     changes = sections.pop(None, {})
     for section, fields in sections.items():
-        changes[section] = dataclasses.replace(getattr(cfg, section), **fields)
+        try:
+            changes[section] = dataclasses.replace(getattr(cfg, section), **fields)
+        except ValueError as e:
+            raise _SectionError(section) from e
     cfg = cfg.replace(**changes)
-    sync = _table_sync(args.sync, cfg.sgns.merge, args.full_every, args.hotness, args.sync_rows)
+    if args.sync == "all":
+        for option in ("full_every", "hotness", "sync_rows"):
+            if getattr(args, option) is not None:
+                flag = "--" + option.replace("_", "-")
+                raise ValueError(f"{flag} applies to --sync hotspot or random only, not all")
+    full_every = 32 if args.full_every is None else args.full_every
+    hotness = "total" if args.hotness is None else args.hotness
+    try:
+        sync = _table_sync(args.sync, cfg.sgns.merge, full_every, hotness, args.sync_rows)
+    except ValueError as e:
+        raise _SectionError("sync") from e
     return cfg.replace(sync=sync)
+
+
+def _check_run_options(args) -> tuple[str, tuple[float, ...], Path | None]:
+    """The options of a ``jaxgraph embed`` run outside :class:`EmbedConfig`, checked before
+    any work: ``(task, train ratios, output directory)``."""
+    if args.task not in ("auto", "lp", "nc", "none"):
+        raise ValueError(f"--task must be auto, lp, nc or none, got {args.task!r}")
+    if args.parts < 1:
+        raise ValueError(f"--parts must be an integer >= 1, got {args.parts}")
+    if args.nodes < 1:
+        raise ValueError(f"--nodes must be an integer >= 1, got {args.nodes}")
+    if args.shuffles < 1:
+        raise ValueError(f"--shuffles must be an integer >= 1, got {args.shuffles}")
+    try:
+        ratios = tuple(float(x) for x in args.train_ratios.split(","))
+    except ValueError:
+        ratios = ()
+    if not ratios or not all(0.0 < r < 1.0 for r in ratios):
+        raise ValueError(
+            "--train-ratios must be comma-separated numbers in (0, 1), e.g. 0.1,0.5, got "
+            f"{args.train_ratios!r}"
+        )
+    out = None
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out} is a file; give a directory for the outputs")
+        if not out.parent.is_dir():
+            raise ValueError(f"--out {out}: directory {out.parent} does not exist")
+    return args.task, ratios, out
+
+
+def _load_graph(args) -> Graph:
+    """``--graph PATH`` (its node ids kept), or ``--dataset`` (default blogcatalog)."""
+    if args.graph is None:
+        for opt in ("format", "features", "labels", "directed"):
+            if getattr(args, opt) is not None:
+                raise ValueError(f"--{opt} applies to a graph file (--graph PATH) only")
+        return load_embedding_graph(
+            args.dataset or "blogcatalog", num_nodes=args.nodes, seed=args.seed
+        )
+    if args.dataset is not None:
+        raise ValueError("give --dataset or --graph, not both")
+    import logging
+
+    from jaxgraph.data import read_graph
+
+    graph, notes = read_graph(
+        args.graph,
+        format=args.format,
+        directed=args.directed,
+        features=args.features,
+        labels=args.labels,
+    )
+    for note in notes:
+        logging.getLogger("jaxgraph").info("%s", note)
+    return graph
 
 
 def run_cli(args) -> dict[str, Any]:
     """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
 
-    Writes ``embedding.npy`` (``syn0``), ``context.npy`` (``syn1``), ``rounds.jsonl`` and
-    ``eval.json`` to ``args.out`` when given.
+    Writes ``embedding.npy`` (``syn0``), ``context.npy`` (``syn1``), ``nodes.txt`` (the id of
+    each row's node, one per line: the ids of the user's graph file, or ``0..N-1``),
+    ``rounds.jsonl`` and ``eval.json`` to ``args.out`` when given. Every option and the output
+    directory are checked before the graph is read.
     """
     from jaxgraph.distributed import is_primary
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.mesh import make_mesh
 
     cfg = config_from_args(args)
-    task = args.task
-    if task not in ("auto", "lp", "nc", "none"):
-        raise ValueError(f"unknown task {task!r}; expected auto, lp, nc or none")
-    graph = load_embedding_graph(args.dataset, num_nodes=args.nodes, seed=args.seed)
+    task, ratios, out = _check_run_options(args)
+    graph = _load_graph(args)
+    if graph.num_edges == 0:
+        raise ValueError(f"graph {graph.name!r} has no edges: nothing to walk on")
     if task == "auto":
         task = "nc" if ev.label_matrix(graph.labels).any() else "lp"
     if task == "nc" and not ev.label_matrix(graph.labels).any():
-        raise ValueError(f"--task nc needs node labels; {args.dataset!r} has none")
+        raise ValueError(f"--task nc needs node labels; {graph.name!r} has none")
     split = None
     train_graph = graph
     if task == "lp":
@@ -460,7 +585,6 @@ def run_cli(args) -> dict[str, Any]:
         if args.retrieval:
             evaluation["retrieval"] = ev.edge_retrieval(result.syn0, split)
     elif task == "nc":
-        ratios = tuple(float(x) for x in args.train_ratios.split(","))
         nc = ev.node_classification(
             result.syn0, graph.labels, train_ratios=ratios, shuffles=args.shuffles, seed=args.seed
         )
@@ -468,15 +592,15 @@ def run_cli(args) -> dict[str, Any]:
         if args.retrieval:
             evaluation["retrieval"] = ev.label_retrieval(result.syn0, graph.labels, seed=args.seed)
     summary = {
-        "dataset": args.dataset,
+        "dataset": graph.name,
         "method": cfg.method,
         "parts": args.parts,
         **result.summary(),
         "evaluation": evaluation,
     }
-    if args.out and is_primary():
-        out = Path(args.out)
+    if out is not None and is_primary():
         save_npy(out / "embedding.npy", result.syn0)
+        save_nodes(out / "nodes.txt", graph.ids)
         save_npy(out / "context.npy", result.syn1)
         save_round_log(out / "rounds.jsonl", result.rounds)
         save_json(out / "eval.json", {**summary, "config": cfg.to_dict()})

@@ -169,8 +169,12 @@ class SkipGramConfig:
             raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
         if self.pairs == "device" and self.window > MAX_WINDOW:
             raise ValueError(f"pairs='device' needs window <= {MAX_WINDOW}, got {self.window}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
+        if not math.isfinite(self.sample):
+            raise ValueError(f"sample must be a finite number (<= 0: off), got {self.sample}")
+        if not (self.lr_decay >= 0 and math.isfinite(self.lr_decay)):
+            raise ValueError(f"lr_decay must be a finite number >= 0, got {self.lr_decay}")
 
     def round_lr(self, round_index: int) -> float:
         """The rate at the start of round ``r``: ``alpha_0 * exp(-lr_decay * r)``, or for the

@@ -1,7 +1,6 @@
 """Full-graph distributed training: state, programs, loop, checkpoints, configs."""
 
 from jaxgraph.train.build import (
-    METHODS,
     Run,
     assemble_run,
     build_run,
@@ -11,14 +10,36 @@ from jaxgraph.train.build import (
 )
 from jaxgraph.train.checkpoint import CheckpointError, restore_checkpoint, save_checkpoint
 from jaxgraph.train.config import DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
-from jaxgraph.train.loop import train
+from jaxgraph.train.loop import NonFiniteLoss, train
+from jaxgraph.train.methods import (
+    CAGNET,
+    METHODS,
+    AdaQP,
+    Method,
+    PipeGCN,
+    Quantized,
+    Sancus,
+    SkipG,
+    Vanilla,
+    parse_method,
+)
 from jaxgraph.train.state import Trainer, TrainState
 
 __all__ = [
+    "CAGNET",
     "METHODS",
+    "AdaQP",
+    "Method",
+    "PipeGCN",
+    "Quantized",
+    "Sancus",
+    "SkipG",
+    "Vanilla",
+    "parse_method",
     "CheckpointError",
     "DataConfig",
     "ModelConfig",
+    "NonFiniteLoss",
     "OptimConfig",
     "Run",
     "TrainConfig",

@@ -16,6 +16,7 @@ A CPU-sized run::
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import flax.linen as nn
@@ -23,94 +24,27 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from jaxgraph.comm.adaptive import AssignConfig
-from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
+from jaxgraph.comm.strategy import CommStrategy, GraphShard
 from jaxgraph.distributed import check_same_on_all_processes
 from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.train.config import DataConfig, OptimConfig, TrainConfig
+from jaxgraph.train.methods import AdaQP, Method, parse_method
 from jaxgraph.train.state import Trainer, TrainState
 
-METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
-# 1D block-row methods (jaxgraph.comm.stale): Sancus takes any
-# "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>]"; these are examples.
-METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04", "skipg")
-# Stale halo exchange on the ring (jaxgraph.comm.pipegcn).
-METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync")
-# The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
-# attention coefficients are data-dependent and take the mean aggregator's as a proxy.
-_MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
 SYNTHETIC = ("sbm", "rmat")
+log = logging.getLogger("jaxgraph")
 
 
 def make_strategy(
-    method: str,
-    *,
-    period: int = 40,
-    seed: int = 0,
-    model: str = "gcn",
-    assign: AssignConfig | None = None,
-    chunks: int = 0,
+    method: Method | str, *, epochs: int = 200, seed: int = 0, model: str = "gcn"
 ) -> CommStrategy:
-    """The communication strategy named ``method`` (one of :data:`METHODS`).
-
-    ``pipegcn[-f|-g|-fg|-sync]`` is PipeGCN (:mod:`jaxgraph.comm.pipegcn`); ``cagnet``,
-    ``sancus-...`` and ``skipg[-<Δ>][-w<warmup>]`` run on the block-row layout
-    (:func:`jaxgraph.comm.stale.make_block_strategy`).
-
-    ``quant-<b>`` sends every halo message as ``b``-bit codes (``quant-32``: uncompressed
-    through the same path); ``quant-random`` draws a width from ``assign.widths`` (default
-    {2, 4, 8}) per message every ``period`` epochs; ``adaqp`` re-solves the widths every
-    ``period`` epochs from traced messages (settings ``assign``; ``model`` names the
-    aggregation that weighs them). For these two, ``chunks`` chooses the layout of the
-    exchange (:func:`jaxgraph.comm.quantized.bucket_state`): ``0`` re-jits the step for every
-    new assignment, ``J >= 1`` compiles one step for all of them.
-    """
-    if method == "vanilla":
-        return Vanilla()
-    if method == "adaqp":
-        from jaxgraph.comm.adaptive import Adaptive
-
-        return Adaptive(
-            assign or AssignConfig(),
-            period=period,
-            norm=_MODEL_NORM.get(model, "mean"),
-            seed=seed,
-            chunks=chunks,
-        )
-    if method.startswith("quant-") and method in METHODS:
-        from jaxgraph.comm.quantized import Quantized
-
-        bits = method.removeprefix("quant-")
-        if bits != "random":  # a fixed width ignores `chunks` and the candidate widths
-            return Quantized(int(bits), period=period, seed=seed)
-        widths = (assign or AssignConfig()).widths
-        return Quantized(bits, period=period, seed=seed, chunks=chunks, widths=widths)
-    if method.startswith("pipegcn"):
-        from jaxgraph.comm.pipegcn import make_pipegcn
-
-        return make_pipegcn(method)
-    if method == "cagnet" or method.startswith(("sancus-", "skipg")):
-        from jaxgraph.comm.stale import make_block_strategy
-
-        return make_block_strategy(method)
-    raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-
-
-def exchange_chunks(config: TrainConfig) -> int:
-    """The exchange layout in force: ``exchange_chunks``, or the backend's default."""
-    if config.exchange_chunks is not None:
-        return config.exchange_chunks
-    from jaxgraph.comm.quantized import default_chunks
-
-    return default_chunks()
-
-
-def assignment_period(config: TrainConfig) -> int:
-    """Epochs per bit-assignment period: ``assign_period``, or ``epochs // 5`` (AdaQP)."""
-    return config.assign_period or max(config.epochs // 5, 1)
+    """The communication strategy of ``method`` (a typed method or its short spelling,
+    :func:`~jaxgraph.train.methods.parse_method`) in a run of ``epochs`` epochs; ``model``
+    names the aggregation that weighs AdaQP's messages."""
+    return parse_method(method).strategy(epochs=epochs, seed=seed, model=model)
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -120,8 +54,31 @@ def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
     return optax.chain(*parts, optax.adam(cfg.learning_rate))
 
 
-def load_graph(cfg: DataConfig) -> Graph:
-    """A bundled dataset by name, or a synthetic graph (``sbm``, ``rmat``) of the given size."""
+def load_graph(cfg: DataConfig, *, split: bool = False) -> Graph:
+    """The graph ``cfg`` names: a graph file of the user's (``cfg.graph``, read by
+    :func:`jaxgraph.data.read_graph`, its node ids kept in ``Graph.node_ids``), a bundled
+    dataset, or a synthetic graph (``sbm``, ``rmat``) of the given size.
+
+    With ``split``, a labelled graph from a file without a train/validation/test split gets a
+    seeded random one. What reading changed or assumed (a split made, self-loops removed, a
+    weight column ignored) is logged on the ``jaxgraph`` logger.
+    """
+    if cfg.graph is not None:
+        from jaxgraph.data import random_split_if_missing, read_graph
+
+        graph, notes = read_graph(
+            cfg.graph,
+            format=cfg.format,
+            directed=cfg.directed,
+            features=cfg.features,
+            labels=cfg.labels,
+        )
+        if split:
+            graph, note = random_split_if_missing(graph, seed=cfg.seed)
+            notes = [*notes, note] if note else notes
+        for note in notes:
+            log.info("%s", note)
+        return graph
     from jaxgraph.data import DATASETS, dc_sbm, load_dataset, rmat
 
     if cfg.name == "sbm":
@@ -228,21 +185,17 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
     Raises:
       ValueError: an unknown method or dataset, or more parts than nodes.
     """
+    method = config.method
     strategy = make_strategy(
-        config.method,
-        period=assignment_period(config),
-        seed=config.seed,
-        model=config.model.name,
-        assign=config.assign,
-        chunks=exchange_chunks(config),
+        method, epochs=config.epochs, seed=config.seed, model=config.model.name
     )
-    graph = load_graph(config.data) if graph is None else graph
+    graph = load_graph(config.data, split=True) if graph is None else graph
     if config.parts > graph.num_nodes:
         raise ValueError(
             f"cannot split {graph.num_nodes} nodes of {graph.name!r} into {config.parts} parts"
         )
     mesh = make_mesh(config.parts)
-    if config.method == "adaqp" and config.assign.interconnect == "measure":
+    if isinstance(method, AdaQP) and method.assign.interconnect == "measure":
         from jaxgraph.comm.costmodel import measure
 
         # Transfer costs timed on this mesh: payloads from 64 KiB to 4 MiB per device pair.

@@ -4,17 +4,46 @@ A config file (``--config path.json`` or ``.toml``) holds the same nested sectio
 :class:`TrainConfig`; command-line flags override it. Example (CPU-sized)::
 
     jaxgraph train --dataset cora --model gcn --parts 8 --method vanilla --epochs 200
+
+and as a file::
+
+    parts = 4
+    epochs = 100
+    [data]
+    graph = "my_graph.npz"
+    [method.adaqp]
+    period = 20
+    [method.adaqp.assign]
+    lam = 0.3
+
+Every field is checked on construction; an error names the field, its allowed values and the
+value given.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.partition.partitioners import METHODS as PARTITIONERS
+from jaxgraph.train.methods import Method, Vanilla, method_from_dict, parse_method
+
+
+def _check(where: str, ok: bool, value, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{where} must be {allowed}, got {value!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,15 +51,62 @@ class DataConfig:
     """Which graph to train on.
 
     ``name`` is a bundled dataset (see ``jaxgraph datasets``) or a synthetic generator:
-    ``sbm`` (degree-corrected SBM with class-dependent features) or ``rmat``.
+    ``sbm`` (degree-corrected SBM with class-dependent features) or ``rmat``. ``graph`` is a
+    file or directory of the user's own instead (:func:`jaxgraph.data.read_graph`: PyG
+    ``.npz``, an edge list, a SciPy ``.npz``, an OGB directory), read in ``format`` (default:
+    from the file), with ``features`` and ``labels`` files beside an edge list; ``directed``
+    must be given where the file cannot say.
     """
 
     name: str = "cora"
+    graph: str | None = None
+    format: str | None = None
+    directed: bool | None = None
+    features: str | None = None
+    labels: str | None = None
     num_nodes: int = 10_000
     avg_degree: float = 20.0
     num_features: int = 128
     num_classes: int = 8
     seed: int = 0
+
+    def __post_init__(self):
+        _check(
+            "data.num_nodes",
+            _is_int(self.num_nodes) and self.num_nodes >= 1,
+            self.num_nodes,
+            "an integer >= 1",
+        )
+        _check(
+            "data.avg_degree",
+            _is_real(self.avg_degree) and self.avg_degree > 0,
+            self.avg_degree,
+            "a finite number > 0",
+        )
+        _check(
+            "data.num_features",
+            _is_int(self.num_features) and self.num_features >= 0,
+            self.num_features,
+            "an integer >= 0",
+        )
+        _check(
+            "data.num_classes",
+            _is_int(self.num_classes) and self.num_classes >= 1,
+            self.num_classes,
+            "an integer >= 1",
+        )
+        _check("data.seed", _is_int(self.seed) and self.seed >= 0, self.seed, "an integer >= 0")
+        if self.graph is None and self.name == "sbm":
+            _check(
+                "data.num_nodes",
+                self.num_nodes >= self.num_classes,
+                self.num_nodes,
+                f"at least data.num_classes = {self.num_classes} for an sbm graph",
+            )
+        if self.graph is None:
+            for name in ("format", "directed", "features", "labels"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"data.{name} applies to a graph file (data.graph) only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +118,51 @@ class ModelConfig:
     layer_norm: bool = False
     heads: int = 4
 
+    def __post_init__(self):
+        from jaxgraph.models import MODELS
+
+        _check("model.name", self.name in MODELS, self.name, f"one of {', '.join(MODELS)}")
+        _check(
+            "model.hidden",
+            _is_int(self.hidden) and self.hidden >= 1,
+            self.hidden,
+            "an integer >= 1",
+        )
+        _check(
+            "model.num_layers",
+            _is_int(self.num_layers) and self.num_layers >= 1,
+            self.num_layers,
+            "an integer >= 1",
+        )
+        _check(
+            "model.dropout",
+            _is_real(self.dropout) and 0 <= self.dropout < 1,
+            self.dropout,
+            "a number in [0, 1)",
+        )
+        _check(
+            "model.heads", _is_int(self.heads) and self.heads >= 1, self.heads, "an integer >= 1"
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
     learning_rate: float = 0.01
     weight_decay: float = 5e-4
+
+    def __post_init__(self):
+        _check(
+            "optim.learning_rate",
+            _is_real(self.learning_rate) and self.learning_rate > 0,
+            self.learning_rate,
+            "a finite number > 0",
+        )
+        _check(
+            "optim.weight_decay",
+            _is_real(self.weight_decay) and self.weight_decay >= 0,
+            self.weight_decay,
+            "a finite number >= 0",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,48 +172,70 @@ class TrainConfig:
     Attributes:
       parts: number of graph parts = mesh size.
       partition: ``metis``, ``random`` or ``contiguous``.
-      method: communication strategy (``vanilla``, ``quant-8``, ``quant-4``, ``quant-2``,
-        ``quant-32``, ``quant-random``, ``adaqp``).
-      assign_period: epochs per bit-assignment period of the quantized methods
-        (0 = ``epochs // 5``, as AdaQP).
-      assign: settings of the adaptive bit assignment (method ``adaqp``).
-      exchange_chunks: layout of the quantized exchange under changing assignments
-        (``quant-random``, ``adaqp``): ``J >= 1`` keeps one layout, and one compiled step, for
-        the whole run, every round's transfer padded to a multiple of ``1 / 2^J`` of the
-        round's 8-bit capacity; ``0`` sizes the buffers exactly for each assignment and
-        compiles a new step for each (see :func:`jaxgraph.comm.quantized.bucket_state`).
-        ``None``: :func:`jaxgraph.comm.quantized.default_chunks` for the backend (chunked on
-        CPU, exact on accelerators).
-      compile_ahead: compile the step of an assignment the strategy has already decided
-        (``quant-random``'s next draw, ``adaqp`` with ``assign.lookahead``) in a background
-        thread while the current one trains, instead of at the period boundary.
+      method: the communication method, a typed :class:`~jaxgraph.train.methods.Method`
+        (``Vanilla()``, ``AdaQP(period=10)``, ``Sancus("gap", 0.04)``, ...) or its short
+        spelling (``"adaqp"``, ``"sancus-h0.04"``), parsed on construction
+        (:func:`~jaxgraph.train.methods.parse_method`).
       eval_every: evaluate every this many epochs (and at the last epoch).
       checkpoint_every: write a checkpoint every this many epochs (0 = never).
       workdir: where metrics (``metrics.jsonl``) and checkpoints go (``None`` = nowhere).
+      allow_nonfinite: keep training through a non-finite loss (to study divergence);
+        by default the run stops at that epoch with an error.
     """
 
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     optim: OptimConfig = OptimConfig()
-    assign: AssignConfig = AssignConfig()
+    method: Method = Vanilla()
     parts: int = 8
     partition: str = "metis"
-    method: str = "vanilla"
-    assign_period: int = 0
-    exchange_chunks: int | None = None
-    compile_ahead: bool = True
     epochs: int = 200
     seed: int = 0
     eval_every: int = 1
     checkpoint_every: int = 0
     workdir: str | None = None
     progress: bool = True
+    allow_nonfinite: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "method", parse_method(self.method))
+        _check("parts", _is_int(self.parts) and self.parts >= 1, self.parts, "an integer >= 1")
+        _check(
+            "partition",
+            self.partition in PARTITIONERS,
+            self.partition,
+            f"one of {', '.join(PARTITIONERS)}",
+        )
+        _check("epochs", _is_int(self.epochs) and self.epochs >= 1, self.epochs, "an integer >= 1")
+        _check("seed", _is_int(self.seed) and self.seed >= 0, self.seed, "an integer >= 0")
+        _check(
+            "eval_every",
+            _is_int(self.eval_every) and self.eval_every >= 1,
+            self.eval_every,
+            "an integer >= 1",
+        )
+        if self.data.graph is None and self.data.name in ("sbm", "rmat"):
+            _check(
+                "parts",
+                self.parts <= self.data.num_nodes,
+                self.parts,
+                f"at most data.num_nodes = {self.data.num_nodes} (one node per part at least)",
+            )
+        _check(
+            "checkpoint_every",
+            _is_int(self.checkpoint_every) and self.checkpoint_every >= 0,
+            self.checkpoint_every,
+            "an integer >= 0 (0: never)",
+        )
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in d.items()}
+        out["method"] = self.method.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -141,7 +279,9 @@ def _from_dict(cls, d: dict[str, Any], where: str):
     kwargs = {}
     for k, v in d.items():
         default = fields[k].default
-        if dataclasses.is_dataclass(default):
+        if k == "method":
+            kwargs[k] = method_from_dict(v)
+        elif dataclasses.is_dataclass(default):
             kwargs[k] = _from_dict(type(default), v, f"{where}.{k}")
         else:
             kwargs[k] = v

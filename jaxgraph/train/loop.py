@@ -19,16 +19,9 @@ from jaxgraph.atomic import atomic_write_text
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.distributed import check_same_on_all_processes, is_primary
 from jaxgraph.graph import Graph
-from jaxgraph.train.build import (
-    METHODS,
-    Run,
-    build_run,
-    exchange_chunks,
-    load_graph,
-    make_optimizer,
-    make_strategy,
-)
+from jaxgraph.train.build import Run, build_run, load_graph, make_optimizer, make_strategy
 from jaxgraph.train.checkpoint import (
+    CheckpointError,
     latest_checkpoint,
     read_header,
     read_leaves,
@@ -56,13 +49,10 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
 
     Multi-process runs (:mod:`jaxgraph.distributed`): every process calls this with the same
     config and computes the same host plan (checked); the mesh spans all processes' devices and
-    each process places only its own shards. Process 0 writes metrics, summary and
-    checkpoints (the others take part in every collective, including checkpoint gathers); the
-    workdir must be on a file system every process sees, since all of them read a checkpoint
-    to resume. Every process returns the summary.
+    each process places only its own shards. Process 0 writes metrics and summary; every
+    process writes its own shards of each checkpoint (orbax; no gathers), so the workdir must
+    be on a file system every process sees. Every process returns the summary.
     """
-    if config.eval_every < 1:
-        raise ValueError(f"eval_every must be at least 1, got {config.eval_every}")
     run = build_run(config, graph)
     graph, plan, strategy, trainer, shards = (
         run.graph,
@@ -87,13 +77,13 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     eval_step = trainer.eval_step.lower(state.params, shards).compile()
     compile_time = time.perf_counter() - t0
 
-    epoch_times, epoch_bytes, last = [], [], {}
+    epoch_times, epoch_bytes, last, stopped = [], [], {}, None
     overhead = {"solve": 0.0, "rejit": 0.0}
     used_ahead = 0
     bar = tqdm(
         range(start_epoch + 1, config.epochs + 1),
         disable=not (config.progress and primary),
-        desc=f"{graph.name} {m.name} P={config.parts} {config.method}",
+        desc=f"{graph.name} {m.name} P={config.parts} {config.method.label()}",
         unit="epoch",
     )
     for epoch in bar:
@@ -141,6 +131,10 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         if metrics_path is not None:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+        if not (config.allow_nonfinite or _finite(record, metrics)):
+            stopped = epoch  # no checkpoint of this state
+            last = record if math.isfinite(record["loss"]) else last
+            break
         if (
             ckpt_dir is not None
             and config.checkpoint_every
@@ -161,21 +155,52 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         config, graph, best, last, epoch_times, epoch_bytes, overhead, wall, compile_time
     )
     summary.update(compiled_steps=len(steps.compiled), compiled_ahead=used_ahead)
+    if stopped is not None:
+        summary.update(stopped_at=stopped, stop_reason="non_finite_loss")
     if workdir is not None and primary:
         atomic_write_text(workdir / "summary.json", json.dumps(summary, indent=2))
+    if stopped is not None:
+        raise NonFiniteLoss(stopped, last)
     return summary
+
+
+def _finite(record: dict[str, Any], metrics) -> bool:
+    """Whether the epoch's loss, and the parameters after its update, are finite."""
+    return math.isfinite(record["loss"]) and bool(metrics["params_finite"])
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss, or the parameters after an update, became NaN or infinite
+    (``TrainConfig.allow_nonfinite`` is off).
+
+    The run stopped at that epoch: its metrics and summary are written up to there, and no
+    checkpoint holds the non-finite state.
+    """
+
+    def __init__(self, epoch: int, last: dict[str, Any]):  # `last`: the last finite record
+        self.epoch = epoch
+        finite = (
+            f"the last finite loss was {last['loss']:.6g} at epoch {last['epoch']}"
+            if last
+            else "no epoch had a finite loss"
+        )
+        super().__init__(
+            f"the training loss or the parameters after the update are not finite at epoch "
+            f"{epoch}; {finite}. Training stopped (no checkpoint of this state was written); "
+            "lower the learning rate, or set allow_nonfinite (--allow-nonfinite) to train on"
+        )
 
 
 class _StepCache:
     """One compiled train step per ``comm_state`` signature (e.g. per bit assignment), and with
-    ``config.compile_ahead`` the step of the strategy's next, already decided, state compiling
+    the method's ``compile_ahead`` the step of the strategy's next, already decided, state compiling
     in a background thread while training continues."""
 
     def __init__(self, run: Run, config: TrainConfig):
         self.run, self.epochs = run, config.epochs
         self.compiled = {}
         self.ahead = {}  # signature -> Future of a step compiling in the background
-        self.pool = ThreadPoolExecutor(1, "compile-ahead") if config.compile_ahead else None
+        self.pool = ThreadPoolExecutor(1, "compile-ahead") if config.method.compile_ahead else None
 
     def _compile(self, state):
         return self.run.trainer.train_step.lower(state, self.run.shards).compile()
@@ -222,9 +247,11 @@ def _summary(config, graph, best, last, epoch_times, epoch_bytes, overhead, wall
     m = config.model
     return {
         "dataset": graph.name,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
         "model": m.name,
         "parts": config.parts,
-        "method": config.method,
+        "method": config.method.label(),
         "epochs": config.epochs,
         "best_epoch": best.epoch,
         "best_val": best.val,
@@ -233,7 +260,7 @@ def _summary(config, graph, best, last, epoch_times, epoch_bytes, overhead, wall
         "final_loss": last.get("loss", math.nan),
         "median_epoch_time": statistics.median(steady) if steady else math.nan,
         "compile_time": compile_time,
-        "exchange_chunks": exchange_chunks(config),
+        "exchange_chunks": config.method.exchange_chunks(),
         # Re-assignments: the host-side decision (traces to the host, solve, new buffers) and
         # the compilation of the step for the new layout, in seconds and as wall-clock shares.
         "assign_solve_time": overhead["solve"],
@@ -311,7 +338,7 @@ def _check_same_run(path: Path, saved: dict[str, Any], config: TrainConfig) -> N
         k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k)
     )
     if diff:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {path} belongs to a different run: settings {diff} differ "
             f"(saved {[saved.get(k) for k in diff]}, now {[now.get(k) for k in diff]}); "
             "use another workdir or delete the checkpoints"
@@ -330,4 +357,4 @@ def _truncate_metrics(path: Path, last_epoch: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
-__all__ = ["METHODS", "load_graph", "make_optimizer", "make_strategy", "train"]
+__all__ = ["NonFiniteLoss", "load_graph", "make_optimizer", "make_strategy", "train"]

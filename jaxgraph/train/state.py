@@ -232,7 +232,12 @@ class Trainer:
                 opt_state=opt_state,
                 comm_state=_unsqueeze(comm_state),
             )
-            metrics = {"loss": jax.lax.psum(loss, axis), "bytes_moved": jax.lax.psum(nbytes, axis)}
+            metrics = {
+                "loss": jax.lax.psum(loss, axis),
+                "bytes_moved": jax.lax.psum(nbytes, axis),
+                # Replicated parameters: the same on every device, no collective needed.
+                "params_finite": _all_finite(params),
+            }
             return new_state, metrics
 
         specs = self.state_specs(state)
@@ -240,7 +245,7 @@ class Trainer:
             body,
             mesh=self.mesh,
             in_specs=(specs, _shard_specs(shards, axis)),
-            out_specs=(specs, {"loss": P(), "bytes_moved": P()}),
+            out_specs=(specs, {"loss": P(), "bytes_moved": P(), "params_finite": P()}),
         )(state, shards)
         return out_state.replace(rng=rng), metrics
 
@@ -351,3 +356,9 @@ class Trainer:
             )
         )
         return Bounded(program, self.mesh)(params, shards)
+
+
+def _all_finite(tree) -> jax.Array:
+    """Whether every entry of every leaf is finite (a scalar bool)."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)

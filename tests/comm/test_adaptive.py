@@ -27,7 +27,7 @@ from jaxgraph.comm.strategy import GraphShard
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train import TrainConfig, train
+from jaxgraph.train import AdaQP, TrainConfig, train
 
 from graph_cases import directed, random_graph
 from harness import setup_training
@@ -183,14 +183,12 @@ def test_step_traces_forward_rows_and_backward_gradient_rows():
     np.testing.assert_allclose(trace2["fwd"][0][0], 2 * trace["fwd"][0][0], rtol=1e-6)
 
 
-def _adaqp_config(**changes):
+def _adaqp_config(chunks=None, **changes):
     cfg = TrainConfig(
         parts=4,
-        method="adaqp",
-        assign_period=2,
+        method=AdaQP(AssignConfig(lam=0.1, group_size=4, time_limit=5.0), period=2, chunks=chunks),
         epochs=5,
         progress=False,
-        assign=AssignConfig(lam=0.1, group_size=4, time_limit=5.0),
     )
     return cfg.replace(model=cfg.model.__class__(hidden=8), **changes)
 
@@ -204,7 +202,7 @@ def test_end_to_end_adaqp_reassigns_and_logs(tmp_path, chunks):
     """`train` with method adaqp: uniform 8 bits in the first period, then a solved
     assignment, its width histogram and overhead in the metrics. With exact layouts the new
     assignment compiles a new step; a chunked layout keeps the first one."""
-    full = train(_adaqp_config(workdir=str(tmp_path), exchange_chunks=chunks), graph=GRAPH)
+    full = train(_adaqp_config(chunks, workdir=str(tmp_path)), graph=GRAPH)
     assert (full["compiled_steps"] == 1) == (chunks > 0)
     assert 0 < full["assign_overhead"] < full["wall_time"]
     lines = _metrics(tmp_path)

@@ -88,11 +88,14 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
     ("extra", "message"),
     [
         (["--method", "line"], "unknown method 'line'"),
-        (["--dim", "0"], "dim must be positive"),
+        (["--dim", "0"], "--dim (dim) must be positive, got 0"),
         (["--task", "nc", "--dataset", "ca-astroph"], "needs node labels"),
         (["--dataset", "nope"], "unknown dataset 'nope'"),
-        (["--sync", "hotspot", "--hotness", "degree"], "counts must be one of total, round"),
-        (["--sync", "random", "--sync-rows", "0"], "num_rows must be >= 1"),
+        (
+            ["--sync", "hotspot", "--hotness", "degree"],
+            "--hotness (counts) must be one of total, round",
+        ),
+        (["--sync", "random", "--sync-rows", "0"], "--sync-rows (num_rows) must be >= 1"),
         (["--sync", "hotspot", "--sync-rows", "1.5"], "a share of the nodes in (0, 1]"),
     ],
 )

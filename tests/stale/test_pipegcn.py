@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxgraph.comm.pipegcn import PipeGCN, make_pipegcn
+from jaxgraph.comm.pipegcn import PipeGCN
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
@@ -81,7 +81,7 @@ def test_smoothing_averages_rows_and_gradients():
     """After one step from zero averages, ``avg = (1 - 0.95) * recv`` for both buffers."""
     _, _, trainer, shards, state = _setup(PipeGCN(), 2)
     plain, _ = trainer.train_step(state, shards)
-    _, _, trainer, shards, state = _setup(make_pipegcn("pipegcn-fg"), 2)
+    _, _, trainer, shards, state = _setup(make_strategy("pipegcn-fg"), 2)
     smooth, _ = trainer.train_step(state, shards)
     pairs = zip(jax.tree.leaves(plain.comm_state), jax.tree.leaves(smooth.comm_state), strict=True)
     for a, b in pairs:
@@ -91,9 +91,9 @@ def test_smoothing_averages_rows_and_gradients():
 def test_names_and_bad_settings():
     assert make_strategy("pipegcn") == PipeGCN()
     assert make_strategy("pipegcn-sync").name == "pipegcn-sync"
-    assert make_pipegcn("pipegcn-g").gradient_momentum == 0.95
-    with pytest.raises(ValueError, match="unknown PipeGCN method"):
-        make_pipegcn("pipegcn-x")
+    assert make_strategy("pipegcn-g").gradient_momentum == 0.95
+    with pytest.raises(ValueError, match="unknown method 'pipegcn-x'"):
+        make_strategy("pipegcn-x")
     with pytest.raises(ValueError, match="momentum must lie in"):
         PipeGCN(feature_momentum=1.0)
     with pytest.raises(ValueError, match="needs the stale pipeline"):

@@ -11,9 +11,9 @@ from jaxgraph.comm.stale import (
     Sancus,
     StalenessPolicy,
     decide,
-    make_block_strategy,
     variation_gap,
 )
+from jaxgraph.train import make_strategy
 
 
 def _tags(versions, num_parts):
@@ -137,17 +137,17 @@ def test_variation_gap_is_mean_absolute_difference_over_real_rows():
 
 
 def test_method_names():
-    assert make_block_strategy("cagnet") == CAGNET()
-    s = make_block_strategy("sancus-e1")
+    assert make_strategy("cagnet") == CAGNET()
+    s = make_strategy("sancus-e1")
     assert s == Sancus(StalenessPolicy("epoch", 1, 50)) and s.local_grad_clip is None
-    assert make_block_strategy("sancus-a2-w10").policy == StalenessPolicy("adaptive", 2, 10)
-    s = make_block_strategy("sancus-h0.04-clip1.5")
+    assert make_strategy("sancus-a2-w10").policy == StalenessPolicy("adaptive", 2, 10)
+    s = make_strategy("sancus-h0.04-clip1.5")
     assert s.policy == StalenessPolicy("gap", 0.04, 50) and s.local_grad_clip == 1.5
-    assert make_block_strategy("sancus-einf-w3").policy.bound == math.inf
-    assert make_block_strategy(s.name) == s  # names round-trip
-    assert hash(make_block_strategy("sancus-e1")) == hash(Sancus(StalenessPolicy("epoch", 1)))
+    assert make_strategy("sancus-einf-w3").policy.bound == math.inf
+    assert make_strategy(s.name) == s  # names round-trip
+    assert hash(make_strategy("sancus-e1")) == hash(Sancus(StalenessPolicy("epoch", 1)))
     for bad in ("sancus", "sancus-x1", "sancus-e1.5", "sancus-e1-clip", "cagnet-2"):
         with pytest.raises(ValueError):
-            make_block_strategy(bad)
+            make_strategy(bad)
     with pytest.raises(ValueError, match="bound"):
         StalenessPolicy("epoch", -1)

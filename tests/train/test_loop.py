@@ -1,6 +1,7 @@
 """The training loop: metrics, best-validation bookkeeping, checkpoints, resume, errors."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,10 +12,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgraph.train import CheckpointError, DataConfig, ModelConfig, TrainConfig, train
+from jaxgraph.train import (
+    AdaQP,
+    CheckpointError,
+    DataConfig,
+    ModelConfig,
+    Quantized,
+    TrainConfig,
+    train,
+)
 from jaxgraph.train.checkpoint import (
     latest_checkpoint,
     read_header,
+    read_leaves,
     restore_checkpoint,
     save_checkpoint,
 )
@@ -68,7 +78,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     # Stop after epoch 4: the checkpoint is at 3 and epoch 4's metrics line is orphaned, as
     # after a kill during epoch 5. Resuming drops it and recomputes epochs 4-6.
     train(_config(cut, epochs=4), graph=GRAPH)
-    assert latest_checkpoint(cut / "checkpoints").name == "ckpt_000003.npz"
+    assert latest_checkpoint(cut / "checkpoints").name == "ckpt_000003"
     train(_config(cut), graph=GRAPH)
     assert _strip_time(_metrics(cut)) == _strip_time(_metrics(full))
 
@@ -104,13 +114,13 @@ def test_killed_process_resumes_exactly(tmp_path):
 
 def test_mismatched_checkpoint_is_rejected(tmp_path):
     train(_config(tmp_path, epochs=3), graph=GRAPH)
-    with pytest.raises(ValueError, match=r"different run: settings \['model'\]"):
+    with pytest.raises(CheckpointError, match=r"different run: settings \['model'\]"):
         train(_config(tmp_path, model=ModelConfig(name="sage", hidden=16)), graph=GRAPH)
     # A state whose leaves differ from the file is refused, naming the leaves.
     path = latest_checkpoint(tmp_path / "checkpoints")
     with pytest.raises(CheckpointError, match="does not match this run's state"):
         restore_checkpoint(path, {"params": jnp.zeros(3)})
-    with pytest.raises(ValueError, match=r"different run: settings \['seed'\]"):
+    with pytest.raises(CheckpointError, match=r"different run: settings \['seed'\]"):
         train(_config(tmp_path, seed=5), graph=GRAPH)
 
 
@@ -123,24 +133,84 @@ def test_checkpoint_round_trip_and_shape_check(tmp_path):
         if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
             a, b = jax.random.key_data(a), jax.random.key_data(b)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert not list(tmp_path.glob(".ckpt_*"))  # no temporary file left behind
+    # One orbax step directory, no temporary directory left behind.
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt_000007"]
     bad = {"a": jnp.arange(4.0), "b": tree["b"]}
     with pytest.raises(CheckpointError, match=r"leaf \['a'\] has shape \(3,\)"):
         restore_checkpoint(path, bad)
 
 
+def test_checkpoints_take_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # orbax itself wants absolute paths
+    tree = {"a": jnp.arange(3.0)}
+    path = save_checkpoint("ckpts", 1, tree, {})
+    assert path == Path("ckpts/ckpt_000001") and latest_checkpoint("ckpts") == path
+    np.testing.assert_array_equal(restore_checkpoint(path, tree)[0]["a"], tree["a"])
+    np.testing.assert_array_equal(read_leaves(path)["['a']"], tree["a"])
+
+
+def _data_files(directory: Path) -> list[Path]:
+    """The OCDBT data files of an orbax checkpoint (b-tree nodes and array chunks), biggest
+    first. Some are dead copies (small values are merged into the root database), so a test
+    that must hit the live data damages all of them."""
+    found = [p for p in directory.rglob("*") if p.is_file() and p.parent.name == "d"]
+    return sorted(found, key=lambda p: -p.stat().st_size)
+
+
 def test_corrupt_checkpoint_is_rejected(tmp_path):
     train(_config(tmp_path, epochs=3), graph=GRAPH)
     path = latest_checkpoint(tmp_path / "checkpoints")
-    path.write_bytes(path.read_bytes()[:100])
+    for data in _data_files(path):
+        data.write_bytes(data.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="unreadable or truncated"):
         train(_config(tmp_path), graph=GRAPH)
+
+
+def test_damaged_or_foreign_checkpoints_are_rejected(tmp_path):
+    """Every kind of damage raises a CheckpointError naming the checkpoint, never an orbax or
+    tensorstore error; a flipped bit in array chunks (which OCDBT does not checksum) included."""
+    big = jax.random.normal(jax.random.key(0), (256, 256))  # chunks in their own data file
+    tree = {"w": big, "b": jnp.arange(3), "key": jax.random.key(1)}
+    path = save_checkpoint(tmp_path / "ckpts", 2, tree, {"note": "x"})
+    at = re.escape(str(path))
+    data = _data_files(path)[0]  # the chunks of w
+    original = data.read_bytes()
+    flipped = bytearray(original)
+    flipped[len(flipped) // 2] ^= 0x10
+    data.write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match=rf"{at} is corrupt: leaf \['w'\]"):
+        restore_checkpoint(path, tree)
+    with pytest.raises(CheckpointError, match=rf"{at} is corrupt"):
+        read_leaves(path)
+    data.unlink()
+    with pytest.raises(CheckpointError, match=rf"{at} is unreadable or truncated"):
+        restore_checkpoint(path, tree)
+    data.write_bytes(original)
+    restore_checkpoint(path, tree)  # repaired
+    meta = path / "meta" / "metadata"
+    meta.write_text(meta.read_text().replace('"note": "x"', '"note": "y"'))
+    with pytest.raises(CheckpointError, match=rf"{at} is corrupt: its header"):
+        read_header(path)
+    meta.unlink()
+    with pytest.raises(CheckpointError, match=rf"{at} is unreadable or truncated"):
+        read_header(path)
+    foreign = tmp_path / "ckpts" / "ckpt_000009"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("not a checkpoint")
+    assert latest_checkpoint(tmp_path / "ckpts") == foreign
+    with pytest.raises(CheckpointError, match=rf"{re.escape(str(foreign))} is unreadable"):
+        restore_checkpoint(foreign, tree)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "ckpt_000003.npz").write_bytes(b"PK")
+    with pytest.raises(CheckpointError, match="format 1"):
+        latest_checkpoint(old)
 
 
 def test_bad_inputs_have_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown dataset 'nope'"):
         train(_config(tmp_path, data=DataConfig(name="nope")))
-    with pytest.raises(ValueError, match="unknown model 'mlp'"):
+    with pytest.raises(ValueError, match="model.name must be one of gcn, sage, gat, got 'mlp'"):
         train(_config(tmp_path, model=ModelConfig(name="mlp")), graph=GRAPH)
     with pytest.raises(ValueError, match="unknown method 'zip'"):
         train(_config(tmp_path, method="zip"), graph=GRAPH)
@@ -156,9 +226,7 @@ def test_quantized_random_run_resumes_across_assignment_periods(tmp_path):
     """Random bit-widths are re-drawn every period (re-jitting for new bucket sizes); a run
     resumed in the middle restores the assignment in force and reproduces the metrics."""
     full, cut = tmp_path / "full", tmp_path / "cut"
-    kw = dict(
-        method="quant-random", assign_period=2, checkpoint_every=2, parts=2, exchange_chunks=0
-    )
+    kw = dict(method=Quantized("random", period=2, chunks=0), checkpoint_every=2, parts=2)
     summary = train(_config(full, epochs=5, **kw), graph=GRAPH)
     records = _metrics(full)
     assert summary["compiled_steps"] >= 2
@@ -171,16 +239,13 @@ def test_quantized_random_run_resumes_across_assignment_periods(tmp_path):
 def test_compiling_ahead_changes_nothing_but_when_the_step_compiles(tmp_path):
     """Random widths are known before their period: the next step compiles in the background
     and is used at the boundary, with metrics identical to compiling at the boundary."""
-    kw = dict(
-        method="quant-random",
-        assign_period=2,
-        parts=2,
-        epochs=3,
-        checkpoint_every=0,
-        exchange_chunks=0,  # exact layouts: each assignment compiles its own step
+    # Exact layouts (chunks 0): each assignment compiles its own step.
+    method = Quantized("random", period=2, chunks=0)
+    kw = dict(parts=2, epochs=3, checkpoint_every=0)
+    ahead = train(_config(tmp_path / "ahead", method=method, **kw), graph=GRAPH)
+    sync = train(
+        _config(tmp_path / "sync", method=method.replace(compile_ahead=False), **kw), graph=GRAPH
     )
-    ahead = train(_config(tmp_path / "ahead", **kw), graph=GRAPH)
-    sync = train(_config(tmp_path / "sync", compile_ahead=False, **kw), graph=GRAPH)
     assert (ahead["compiled_steps"], ahead["compiled_ahead"]) == (2, 1)
     assert (sync["compiled_steps"], sync["compiled_ahead"]) == (2, 0)
     records = _metrics(tmp_path / "ahead")
@@ -196,13 +261,11 @@ def test_adaqp_lookahead_solves_early_installs_at_the_boundary_and_resumes(tmp_p
     from jaxgraph.comm.adaptive import AssignConfig
 
     kw = dict(
-        method="adaqp",
-        assign_period=3,
+        # Exact layouts (chunks 0): the installed assignment's step compiles ahead.
+        method=AdaQP(AssignConfig(lookahead=1, group_size=8, lam=0.2), period=3, chunks=0),
         parts=2,
         epochs=5,
         checkpoint_every=1,
-        exchange_chunks=0,  # exact layouts: the installed assignment's step compiles ahead
-        assign=AssignConfig(lookahead=1, group_size=8, lam=0.2),
     )
     summary = train(_config(tmp_path / "full", **kw), graph=GRAPH)
     records = _metrics(tmp_path / "full")
@@ -221,11 +284,12 @@ def test_one_part_quantized_methods_train_like_vanilla(tmp_path):
     """On one part there is no halo: the quantized strategies with chunked layouts (which once
     failed to trace an exchange without ring rounds) move nothing and train exactly as Vanilla
     does."""
-    kw = dict(parts=1, epochs=3, checkpoint_every=0, assign_period=1, exchange_chunks=2)
+    kw = dict(parts=1, epochs=3, checkpoint_every=0)
     train(_config(tmp_path / "vanilla", **kw), graph=GRAPH)
     fields = ("loss", "val_loss", "train_score", "val_score", "test_score", "bytes_moved")
     expect = [[r[f] for f in fields] for r in _metrics(tmp_path / "vanilla")]
-    for method in ("quant-random", "adaqp"):
-        summary = train(_config(tmp_path / method, method=method, **kw), graph=GRAPH)
-        assert summary["mean_bytes_per_epoch"] == 0.0, method
-        assert [[r[f] for f in fields] for r in _metrics(tmp_path / method)] == expect, method
+    for method in (Quantized("random", period=1, chunks=2), AdaQP(period=1, chunks=2)):
+        name = method.label()
+        summary = train(_config(tmp_path / name, method=method, **kw), graph=GRAPH)
+        assert summary["mean_bytes_per_epoch"] == 0.0, name
+        assert [[r[f] for f in fields] for r in _metrics(tmp_path / name)] == expect, name

@@ -1,0 +1,537 @@
+"""Communication methods as typed, validated configurations.
+
+Each method of full-graph training is a frozen dataclass, checked on construction with errors
+that name the field and its allowed values:
+
+==============  ===================================================================
+``Vanilla``     fp32 ring all-to-all of the halo rows
+``Quantized``   every halo message as ``bits``-bit codes, or widths drawn at random
+``AdaQP``       widths per message group from a mixed-integer program, per period
+``PipeGCN``     the ring exchange one epoch stale, optionally smoothed
+``CAGNET``      1D block-row broadcasts
+``Sancus``      skip-broadcast under a staleness bound, with local gradient clipping
+``SkipG``       broadcasts every epoch, gradient reductions skipped under a bound
+==============  ===================================================================
+
+A :class:`~jaxgraph.train.config.TrainConfig` holds one of them. A config file names it as a
+section, or by its short spelling::
+
+    [method.adaqp]            # or:  method = "adaqp"
+    period = 10
+    [method.adaqp.assign]
+    lam = 0.3
+
+The short spellings of the command line (``quant-4``, ``sancus-h0.04-w20-clip1``,
+``pipegcn-fg``, ``skipg-2``) parse into these types here and nowhere else
+(:func:`parse_method`); :meth:`Method.label` spells a method back.
+
+:meth:`Method.strategy` builds the communication strategy (:mod:`jaxgraph.comm`) a method
+describes for a run of a given length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, ClassVar, Literal
+
+from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.pipegcn import DEFAULT_MOMENTUM
+from jaxgraph.comm.quantized import MAX_CHUNKS, QUANT_WIDTHS, check_widths
+from jaxgraph.comm.strategy import CommStrategy
+
+# The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
+# attention coefficients are data-dependent and take the mean aggregator's as a proxy.
+_MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
+
+
+class Method:
+    """What every method type provides (a frozen dataclass below)."""
+
+    key: ClassVar[str]  # the section name in a config file, [method.<key>]
+    layout: ClassVar[str] = "halo"  # the plan it runs on: "halo" or "block"
+    # Whether the loop compiles the step of an already decided next state in a thread
+    # (a field of the methods whose state changes between periods).
+    compile_ahead: ClassVar[bool] = False
+
+    def label(self) -> str:
+        """The short spelling (``quant-4``, ``sancus-h0.04``), for logs and summaries."""
+        raise NotImplementedError
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        """The communication strategy of this method in a run of ``epochs`` epochs."""
+        raise NotImplementedError
+
+    def options(self) -> tuple[str, ...]:
+        """The fields that take effect for this method (all of them, unless a setting makes
+        some inert: a fixed-width :class:`Quantized` has no period)."""
+        return tuple(f.name for f in dataclasses.fields(self))
+
+    def exchange_chunks(self) -> int:
+        """The layout of a quantized exchange under changing widths (0: exact, or none)."""
+        return 0
+
+    def replace(self, **changes) -> Method:
+        """A copy with ``changes``; a field this method does not take is an error naming it."""
+        for name in changes:
+            if name not in {f.name for f in dataclasses.fields(self)}:
+                raise ValueError(f"{name!r} does not apply to method {self.label()!r}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{key: fields}``, the config-file section of this method."""
+        return {self.key: dataclasses.asdict(self)}
+
+
+def _period(period: int, epochs: int) -> int:
+    """Epochs per assignment period: ``period``, or ``epochs // 5`` (AdaQP's) for 0."""
+    return period or max(epochs // 5, 1)
+
+
+def _chunks(chunks: int | None) -> int:
+    if chunks is not None:
+        return chunks
+    from jaxgraph.comm.quantized import default_chunks
+
+    return default_chunks()
+
+
+def _check_int(name: str, value, low: int, high: float = math.inf, what: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        top = "" if high == math.inf else f", {high}"
+        raise ValueError(
+            f"{name} must be an integer in [{low}{top}]{what}, got {value!r}"
+            if top
+            else f"{name} must be an integer >= {low}{what}, got {value!r}"
+        )
+
+
+def _check_periodic(owner: str, period: int, chunks: int | None) -> None:
+    _check_int(f"{owner}.period", period, 0, what=" (0: epochs // 5)")
+    if chunks is not None:
+        _check_int(f"{owner}.chunks", chunks, 0, MAX_CHUNKS, " (0: exact layouts)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Vanilla(Method):
+    """The uncompressed (fp32) ring all-to-all of halo rows."""
+
+    key: ClassVar[str] = "vanilla"
+
+    def label(self) -> str:
+        return "vanilla"
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.strategy import Vanilla as VanillaExchange
+
+        return VanillaExchange()
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantized(Method):
+    """Halo messages as ``bits``-bit codes (both passes).
+
+    Attributes:
+      bits: 2, 4 or 8; 32 sends fp32 through the same path; ``"random"`` draws a width from
+        ``widths`` for every message, anew every ``period`` epochs (AdaQP's random baseline).
+      widths: the candidate widths of ``"random"``.
+      period: epochs per draw (0: ``epochs // 5``).
+      chunks: layout of the exchange under changing widths: ``J >= 1`` one layout (and one
+        compiled step) for the whole run; 0 exact buffers and a step per draw; ``None`` the
+        backend's default (:func:`jaxgraph.comm.quantized.default_chunks`).
+      compile_ahead: compile the next draw's step in a thread while the current one trains.
+
+    ``widths``, ``period``, ``chunks`` and ``compile_ahead`` apply to ``bits="random"`` only.
+    """
+
+    bits: int | Literal["random"] = 8
+    widths: tuple[int, ...] = QUANT_WIDTHS
+    period: int = 0
+    chunks: int | None = None
+    compile_ahead: bool = True
+
+    key: ClassVar[str] = "quantized"
+    _RANDOM_ONLY: ClassVar[tuple[str, ...]] = ("widths", "period", "chunks", "compile_ahead")
+
+    def __post_init__(self):
+        if self.bits not in (2, 4, 8, 32, "random") or isinstance(self.bits, bool):
+            raise ValueError(f"quantized.bits must be 2, 4, 8, 32 or 'random', got {self.bits!r}")
+        object.__setattr__(self, "widths", check_widths(self.widths))
+        _check_periodic("quantized", self.period, self.chunks)
+        if self.bits != "random":
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in self._RANDOM_ONLY:
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(
+                        f"quantized.{name} applies to bits='random' only, not to bits={self.bits}"
+                    )
+
+    def options(self) -> tuple[str, ...]:
+        return super().options() if self.bits == "random" else ("bits",)
+
+    def label(self) -> str:
+        return f"quant-{self.bits}"
+
+    def exchange_chunks(self) -> int:
+        return _chunks(self.chunks) if self.bits == "random" else 0
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.quantized import Quantized as QuantizedExchange
+
+        if self.bits != "random":
+            return QuantizedExchange(self.bits, seed=seed)
+        return QuantizedExchange(
+            "random",
+            period=_period(self.period, epochs),
+            seed=seed,
+            chunks=_chunks(self.chunks),
+            widths=self.widths,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaQP(Method):
+    """Adaptive message quantization: the widths of every message group re-solved every
+    ``period`` epochs from traced messages.
+
+    Attributes:
+      assign: the assignment problem and its solver (:class:`AssignConfig`).
+      period: epochs per assignment period (0: ``epochs // 5``, as AdaQP).
+      chunks: exchange layout, as :attr:`Quantized.chunks`.
+      compile_ahead: with ``assign.lookahead``, compile the next period's step in a thread.
+      score: how a message is weighed: ``"sum"`` of its aggregation coefficients (AdaQP's
+        variance bound) or ``"squares"``, their sum of squares (the variance itself).
+    """
+
+    assign: AssignConfig = AssignConfig()
+    period: int = 0
+    chunks: int | None = None
+    compile_ahead: bool = True
+    score: Literal["sum", "squares"] = "sum"
+
+    key: ClassVar[str] = "adaqp"
+
+    def __post_init__(self):
+        if isinstance(self.assign, dict):
+            object.__setattr__(
+                self, "assign", _from_dict(AssignConfig, self.assign, "adaqp.assign")
+            )
+        _check_periodic("adaqp", self.period, self.chunks)
+        if self.score not in ("sum", "squares"):
+            raise ValueError(f"adaqp.score must be 'sum' or 'squares', got {self.score!r}")
+        if self.period and self.assign.lookahead >= self.period:
+            raise ValueError(
+                f"adaqp.assign.lookahead ({self.assign.lookahead} epochs) must be shorter than "
+                f"adaqp.period ({self.period} epochs)"
+            )
+
+    def label(self) -> str:
+        return "adaqp"
+
+    def exchange_chunks(self) -> int:
+        return _chunks(self.chunks)
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.adaptive import Adaptive
+
+        return Adaptive(
+            self.assign,
+            period=_period(self.period, epochs),
+            norm=_MODEL_NORM.get(model, "mean"),
+            seed=seed,
+            chunks=_chunks(self.chunks),
+            squares=self.score == "squares",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PipeGCN(Method):
+    """The ring exchange pipelined: halo rows and halo gradients one epoch stale.
+
+    Attributes:
+      stale: ``False`` runs the synchronous exchange (staleness off), for comparison.
+      feature_momentum, gradient_momentum: ``gamma`` of the moving average of the stale halo
+        rows (PipeGCN-F) or gradients (PipeGCN-G), in ``[0, 1)``; ``None`` for none.
+    """
+
+    stale: bool = True
+    feature_momentum: float | None = None
+    gradient_momentum: float | None = None
+
+    key: ClassVar[str] = "pipegcn"
+
+    def __post_init__(self):
+        for name in ("feature_momentum", "gradient_momentum"):
+            m = getattr(self, name)
+            if m is not None and not 0.0 <= m < 1.0:
+                raise ValueError(f"pipegcn.{name} must lie in [0, 1), got {m!r}")
+        if not self.stale and (self.feature_momentum, self.gradient_momentum) != (None, None):
+            raise ValueError("pipegcn momenta smooth stale halos: they need stale = true")
+
+    def label(self) -> str:
+        if not self.stale:
+            return "pipegcn-sync"
+        tag = ""
+        for letter, m in (("f", self.feature_momentum), ("g", self.gradient_momentum)):
+            if m is not None:
+                tag += letter if m == DEFAULT_MOMENTUM else f"{letter}{m:g}"
+        return f"pipegcn-{tag}" if tag else "pipegcn"
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
+
+        return PipeGCNExchange(
+            stale=self.stale,
+            feature_momentum=self.feature_momentum,
+            gradient_momentum=self.gradient_momentum,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CAGNET(Method):
+    """1D block-row training: every block broadcast every epoch (CAGNET's 1D algorithm)."""
+
+    key: ClassVar[str] = "cagnet"
+    layout: ClassVar[str] = "block"
+
+    def label(self) -> str:
+        return "cagnet"
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.stale import CAGNET as CAGNETExchange
+
+        return CAGNETExchange()
+
+
+_POLICY_LETTER = {"epoch": "e", "adaptive": "a", "gap": "h"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sancus(Method):
+    """Staleness-aware skip-broadcast on the block-row layout.
+
+    Attributes:
+      policy: ``"epoch"`` (Δ_E: a block is re-broadcast when its copy is ``bound`` epochs
+        old), ``"adaptive"`` (Δ_A) or ``"gap"`` (Δ_H: when the mean absolute difference to
+        the last broadcast exceeds ``bound``).
+      bound: Δ; whole epochs for ``epoch``/``adaptive``; ``math.inf`` never re-broadcasts.
+      warmup: epochs ``1..warmup`` broadcast every block.
+      clip: local gradient clipping threshold (global norm per device), or ``None``.
+    """
+
+    policy: Literal["epoch", "adaptive", "gap"] = "epoch"
+    bound: float = 1
+    warmup: int = 50
+    clip: float | None = None
+
+    key: ClassVar[str] = "sancus"
+    layout: ClassVar[str] = "block"
+
+    def __post_init__(self):
+        if self.policy not in _POLICY_LETTER:
+            raise ValueError(
+                f"sancus.policy must be one of {tuple(_POLICY_LETTER)}, got {self.policy!r}"
+            )
+        if isinstance(self.bound, str) and self.bound == "inf":
+            object.__setattr__(self, "bound", math.inf)
+        if not (isinstance(self.bound, int | float) and self.bound >= 0):
+            raise ValueError(f"sancus.bound must be a number >= 0 (or inf), got {self.bound!r}")
+        if self.policy != "gap" and not math.isinf(self.bound) and self.bound != int(self.bound):
+            raise ValueError(
+                f"sancus.bound of policy {self.policy!r} is whole epochs, got {self.bound!r}"
+            )
+        _check_int("sancus.warmup", self.warmup, 0)
+        if self.clip is not None and not (
+            isinstance(self.clip, int | float) and 0 < self.clip < math.inf
+        ):
+            raise ValueError(f"sancus.clip must be a positive number or none, got {self.clip!r}")
+
+    def label(self) -> str:
+        text = f"sancus-{_POLICY_LETTER[self.policy]}{_number(self.bound)}"
+        if self.warmup != 50:
+            text += f"-w{self.warmup}"
+        if self.clip is not None:
+            text += f"-clip{_number(self.clip)}"
+        return text
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.stale import Sancus as SancusExchange
+        from jaxgraph.comm.stale import StalenessPolicy
+
+        policy = StalenessPolicy(self.policy, self.bound, self.warmup)
+        return SancusExchange(policy, local_grad_clip=self.clip)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipG(Method):
+    """Broadcasts every epoch; a block's gradient reduction skipped while at most ``bound``
+    epochs old (the SkipG baseline).
+
+    Attributes:
+      bound: Δ, whole epochs (``math.inf``: never again after the warm-up).
+      warmup: epochs ``1..warmup`` reduce every block.
+    """
+
+    bound: float = 1
+    warmup: int = 50
+
+    key: ClassVar[str] = "skipg"
+    layout: ClassVar[str] = "block"
+
+    def __post_init__(self):
+        if isinstance(self.bound, str) and self.bound == "inf":
+            object.__setattr__(self, "bound", math.inf)
+        if not (
+            isinstance(self.bound, int | float)
+            and self.bound >= 0
+            and (math.isinf(self.bound) or self.bound == int(self.bound))
+        ):
+            raise ValueError(f"skipg.bound must be whole epochs >= 0 (or inf), got {self.bound!r}")
+        _check_int("skipg.warmup", self.warmup, 0)
+
+    def label(self) -> str:
+        text = "skipg"
+        if self.bound != 1:
+            text += f"-{_number(self.bound)}"
+        if self.warmup != 50:
+            text += f"-w{self.warmup}"
+        return text
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
+        from jaxgraph.comm.stale import SkipG as SkipGExchange
+
+        return SkipGExchange(self.bound, self.warmup)
+
+
+METHOD_TYPES: dict[str, type[Method]] = {
+    cls.key: cls for cls in (Vanilla, Quantized, AdaQP, PipeGCN, CAGNET, Sancus, SkipG)
+}
+
+# Examples of the short spellings (the command line's --method choices in its help).
+METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
+METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync")
+METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04", "skipg")
+
+
+def _number(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:g}"
+
+
+_NUM = r"(?:inf|\d+(?:\.\d+)?)"
+_GRAMMAR = [
+    (re.compile(r"^vanilla$"), lambda g: Vanilla()),
+    (re.compile(r"^quant-(?P<bits>2|4|8|32)$"), lambda g: Quantized(int(g["bits"]))),
+    (re.compile(r"^quant-random$"), lambda g: Quantized("random")),
+    (re.compile(r"^adaqp$"), lambda g: AdaQP()),
+    (
+        re.compile(
+            r"^pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?$"
+        ),
+        lambda g: (
+            PipeGCN(stale=False)
+            if g["sync"]
+            else PipeGCN(
+                feature_momentum=_momentum(g["f"], g["fm"]),
+                gradient_momentum=_momentum(g["g"], g["gm"]),
+            )
+        ),
+    ),
+    (re.compile(r"^cagnet$"), lambda g: CAGNET()),
+    (
+        re.compile(
+            rf"^sancus-(?P<kind>[eah])(?P<bound>{_NUM})(?:-w(?P<warmup>\d+))?"
+            rf"(?:-clip(?P<clip>\d+(?:\.\d+)?))?$"
+        ),
+        lambda g: Sancus(
+            {"e": "epoch", "a": "adaptive", "h": "gap"}[g["kind"]],
+            float(g["bound"]),
+            50 if g["warmup"] is None else int(g["warmup"]),
+            None if g["clip"] is None else float(g["clip"]),
+        ),
+    ),
+    (
+        re.compile(r"^skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?$"),
+        lambda g: SkipG(
+            1 if g["bound"] is None else float(g["bound"]),
+            50 if g["warmup"] is None else int(g["warmup"]),
+        ),
+    ),
+]
+
+
+def _momentum(flag, value) -> float | None:
+    if not flag:
+        return None
+    return DEFAULT_MOMENTUM if value is None else float(value)
+
+
+def parse_method(text: str) -> Method:
+    """The method a short spelling names.
+
+    ``vanilla``; ``quant-<2|4|8|32|random>``; ``adaqp``; ``pipegcn``, ``pipegcn-sync``,
+    ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8`` sets it); ``cagnet``;
+    ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>]`` (``e``: epochs, ``a``: adaptive,
+    ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no clipping by
+    default), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``; ``skipg[-<Δ>][-w<warmup>]``.
+
+    Raises:
+      ValueError: for any other text (the message lists the forms).
+    """
+    if isinstance(text, Method):
+        return text
+    for pattern, make in _GRAMMAR:
+        g = pattern.match(str(text))
+        if g is not None:
+            return make(g)
+    raise ValueError(
+        f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>, adaqp, "
+        "pipegcn[-sync|-f|-g|-fg], cagnet, sancus-<e|a|h><bound>[-w<warmup>][-clip<th>] "
+        "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>]"
+    )
+
+
+def method_from_dict(d) -> Method:
+    """A method from a config file: its short spelling (``"adaqp"``) or a table with one key
+    naming the type (``{"adaqp": {"period": 10}}``)."""
+    if isinstance(d, str):
+        return parse_method(d)
+    if not isinstance(d, dict) or len(d) != 1:
+        raise ValueError(
+            "method must be a short spelling such as 'adaqp' or a table with one of the "
+            f"sections {sorted(METHOD_TYPES)}, got {d!r}"
+        )
+    ((key, fields),) = d.items()
+    if key not in METHOD_TYPES:
+        raise ValueError(f"unknown method section [method.{key}]; known: {sorted(METHOD_TYPES)}")
+    return _from_dict(METHOD_TYPES[key], fields or {}, f"method.{key}")
+
+
+def _from_dict(cls, d, where: str):
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be a table/object, got {type(d).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in {where}; known: {sorted(names)}")
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
+__all__ = [
+    "CAGNET",
+    "METHODS",
+    "METHOD_TYPES",
+    "AdaQP",
+    "Method",
+    "PipeGCN",
+    "Quantized",
+    "Sancus",
+    "SkipG",
+    "Vanilla",
+    "method_from_dict",
+    "parse_method",
+]

@@ -1,0 +1,176 @@
+"""Typed methods: the short spellings parse into them and back, config files name them as
+sections, every field is validated, and a field that does not apply to a method is an error
+naming it."""
+
+import json
+import math
+
+import pytest
+
+from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.train import (
+    CAGNET,
+    METHODS,
+    AdaQP,
+    PipeGCN,
+    Quantized,
+    Sancus,
+    SkipG,
+    TrainConfig,
+    Vanilla,
+    load_config,
+    make_strategy,
+    parse_method,
+)
+from jaxgraph.train.methods import METHOD_TYPES
+
+SPELLINGS = {
+    "vanilla": Vanilla(),
+    "quant-4": Quantized(4),
+    "quant-32": Quantized(32),
+    "quant-random": Quantized("random"),
+    "adaqp": AdaQP(),
+    "pipegcn": PipeGCN(),
+    "pipegcn-sync": PipeGCN(stale=False),
+    "pipegcn-fg": PipeGCN(feature_momentum=0.95, gradient_momentum=0.95),
+    "pipegcn-f0.9g0.8": PipeGCN(feature_momentum=0.9, gradient_momentum=0.8),
+    "cagnet": CAGNET(),
+    "sancus-e1": Sancus("epoch", 1),
+    "sancus-a2-w10": Sancus("adaptive", 2, warmup=10),
+    "sancus-h0.04-w20-clip1.5": Sancus("gap", 0.04, warmup=20, clip=1.5),
+    "sancus-einf": Sancus("epoch", math.inf),
+    "skipg": SkipG(),
+    "skipg-2-w20": SkipG(2, 20),
+    "skipg-inf": SkipG(math.inf),
+}
+
+
+@pytest.mark.parametrize("text", sorted(SPELLINGS))
+def test_spellings_parse_to_types_and_back(text):
+    method = parse_method(text)
+    assert method == SPELLINGS[text]
+    assert method.label() == text
+    assert parse_method(method.label()) == method
+
+
+def test_every_listed_spelling_parses():
+    assert {parse_method(m).label() for m in METHODS} == set(METHODS)
+
+
+@pytest.mark.parametrize(
+    "text", ["quant-3", "quant-", "pipegcn-", "pipegcn-x", "sancus", "sancus-x1", "cagnet-2"]
+)
+def test_unknown_spellings_are_errors(text):
+    with pytest.raises(ValueError, match=f"unknown method {text!r}; expected one of vanilla"):
+        parse_method(text)
+
+
+def test_a_whole_epoch_bound_is_checked():
+    with pytest.raises(ValueError, match="sancus.bound of policy 'epoch' is whole epochs"):
+        parse_method("sancus-e1.5")
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Quantized(3), "quantized.bits must be 2, 4, 8, 32 or 'random', got 3"),
+        (lambda: Quantized(4, period=5), "quantized.period applies to bits='random' only"),
+        (lambda: Quantized(8, widths=(2, 4)), "quantized.widths applies to bits='random' only"),
+        (lambda: Quantized(2, chunks=3), "quantized.chunks applies to bits='random' only"),
+        (lambda: Quantized("random", chunks=99), "quantized.chunks must be an integer in [0,"),
+        (lambda: Quantized("random", period=-1), "quantized.period must be an integer >= 0"),
+        (lambda: AdaQP(score="cubes"), "adaqp.score must be 'sum' or 'squares', got 'cubes'"),
+        (
+            lambda: AdaQP(AssignConfig(lookahead=5), period=5),
+            "adaqp.assign.lookahead (5 epochs) must be shorter than adaqp.period (5 epochs)",
+        ),
+        (lambda: PipeGCN(feature_momentum=1.0), "pipegcn.feature_momentum must lie in [0, 1)"),
+        (lambda: PipeGCN(stale=False, gradient_momentum=0.5), "they need stale = true"),
+        (lambda: Sancus("often"), "sancus.policy must be one of ('epoch', 'adaptive', 'gap')"),
+        (lambda: Sancus(bound=-1), "sancus.bound must be a number >= 0"),
+        (lambda: Sancus(warmup=-2), "sancus.warmup must be an integer >= 0, got -2"),
+        (lambda: Sancus(clip=0.0), "sancus.clip must be a positive number or none, got 0.0"),
+        (lambda: SkipG(1.5), "skipg.bound must be whole epochs >= 0"),
+    ],
+)
+def test_fields_are_validated_with_their_names(make, message):
+    with pytest.raises(ValueError) as e:
+        make()
+    assert message in str(e.value)
+
+
+# For each method, a field it does not take.
+NOT_APPLICABLE = {
+    "vanilla": "period",
+    "quantized": "score",
+    "adaqp": "widths",
+    "pipegcn": "chunks",
+    "cagnet": "warmup",
+    "sancus": "period",
+    "skipg": "clip",
+}
+
+
+@pytest.mark.parametrize("key", sorted(METHOD_TYPES))
+def test_each_method_rejects_a_field_it_does_not_take(key, tmp_path):
+    method = METHOD_TYPES[key]()
+    field = NOT_APPLICABLE[key]
+    with pytest.raises(ValueError, match=f"{field!r} does not apply to method"):
+        method.replace(**{field: 1})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"method": {key: {field: 1}}}))
+    with pytest.raises(ValueError, match=rf"unknown key\(s\) \['{field}'\] in method.{key}"):
+        load_config(path)
+
+
+def test_a_config_file_names_the_method_as_a_section(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(
+        "parts = 2\n[method.adaqp]\nperiod = 10\nscore = 'squares'\n"
+        "[method.adaqp.assign]\nlam = 0.3\nwidths = [2, 8]\n"
+    )
+    cfg = load_config(path)
+    assert cfg.method == AdaQP(AssignConfig(lam=0.3, widths=(2, 8)), period=10, score="squares")
+    path.write_text('method = "sancus-h0.04-clip1"\n')
+    assert load_config(path).method == Sancus("gap", 0.04, clip=1.0)
+    path.write_text("[method.sancus]\npolicy = 'epoch'\nbound = 'inf'\n")
+    assert load_config(path).method == Sancus("epoch", math.inf)
+    path.write_text("[method.zip]\n")
+    with pytest.raises(ValueError, match=r"unknown method section \[method.zip\]"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("method", list(SPELLINGS.values()), ids=list(SPELLINGS))
+def test_configs_round_trip_through_json(method):
+    cfg = TrainConfig(method=method)
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+def test_a_method_builds_the_strategy_it_describes():
+    adaqp = make_strategy(AdaQP(AssignConfig(lam=0.2), period=0, chunks=3), epochs=50)
+    assert (adaqp.period, adaqp.chunks, adaqp.config.lam, adaqp.squares) == (10, 3, 0.2, False)
+    assert make_strategy(AdaQP(score="squares"), epochs=10).squares
+    rand = make_strategy(Quantized("random", widths=(2, 4), period=7, chunks=1), epochs=50)
+    assert (rand.bits, rand.widths, rand.period, rand.chunks) == ("random", (2, 4), 7, 1)
+    sancus = make_strategy("sancus-h0.04-w20-clip1.5", epochs=50)
+    assert (sancus.policy.kind, sancus.policy.bound, sancus.policy.warmup) == ("gap", 0.04, 20)
+    assert sancus.local_grad_clip == 1.5
+    assert make_strategy("pipegcn-g").gradient_momentum == 0.95
+    assert make_strategy("skipg-2").layout == "block" and make_strategy("adaqp").layout == "halo"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(epochs=0), "epochs must be an integer >= 1, got 0"),
+        (dict(parts=0), "parts must be an integer >= 1, got 0"),
+        (dict(eval_every=0), "eval_every must be an integer >= 1, got 0"),
+        (dict(checkpoint_every=-1), "checkpoint_every must be an integer >= 0"),
+        (dict(partition="spectral"), "partition must be one of metis, random, contiguous"),
+        (dict(seed=-3), "seed must be an integer >= 0, got -3"),
+    ],
+)
+def test_run_fields_are_validated(changes, message):
+    with pytest.raises(ValueError) as e:
+        TrainConfig(**changes)
+    assert message in str(e.value)
