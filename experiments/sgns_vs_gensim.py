@@ -20,6 +20,9 @@ ours, so both are divided by our count of the same corpus.
 CPU run (ca-AstroPh, 3 seeds, about 25 minutes on 2 cores)::
 
     python experiments/sgns_vs_gensim.py --dataset ca-astroph --seeds 0 1 2 --parts 2
+
+``--shared-negatives 8`` trains with negatives shared by groups of 8 pairs (about 2x faster on
+this CPU; experiments/README.md gives its quality beside per-pair negatives).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ def _args(argv=None):
     ap.add_argument("--negatives", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--row-cap", default="4", help="an integer, or none")
+    ap.add_argument(
+        "--shared-negatives", type=int, default=1, help="pairs per draw of negatives (1: each)"
+    )
     ap.add_argument("--merge", default="sum", help="replica merge (mean, sum or touched)")
     ap.add_argument("--parts", type=int, default=2, help="emulated devices (replicas)")
     ap.add_argument("--chunks", type=int, default=5, help="rounds the corpus is fed in")
@@ -73,6 +79,7 @@ def main(argv=None):
         negatives=args.negatives,
         batch_size=args.batch_size,
         row_cap=None if args.row_cap == "none" else int(args.row_cap),
+        shared_negatives=args.shared_negatives,
         merge=args.merge,
         lr_schedule="global",
         schedule_rounds=args.chunks,

@@ -67,6 +67,45 @@ def test_update_equals_word2vec_closed_form(row_cap):
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
 
 
+@pytest.mark.parametrize("row_cap", [None, 2])
+@pytest.mark.parametrize("share", [2, 5, 40])
+def test_shared_negatives_equal_word2vec_closed_form(share, row_cap):
+    """Groups of G pairs sharing K negatives update as word2vec's closed form pair by pair
+    (a shared negative counting once per group under the cap), skipped where a shared negative
+    is a pair's own positive. Without a cap this is the per-pair update with each group's
+    negatives repeated for its G pairs."""
+    rng = np.random.default_rng(2)
+    n, d, b, k = 15, 8, 40, 3
+    syn0, syn1 = _tables(rng, n, d)
+    ins = rng.integers(0, n, b).astype(np.int32)
+    outs = rng.integers(0, n, b).astype(np.int32)
+    shared = rng.integers(0, n, (b // share, k)).astype(np.int32)
+    shared[0, 1] = outs[0]  # the first pair's positive is a negative of its group
+    weight = (rng.random(b) > 0.2).astype(np.float32)
+    new0, new1, loss = capped_update(syn0, syn1, ins, outs, weight, shared, 0.05, row_cap)
+    ref0, ref1 = sgns_update_reference(syn0, syn1, ins, outs, shared, weight, 0.05, row_cap)
+    np.testing.assert_allclose(new0, ref0, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(new1, ref1, atol=1e-6, rtol=0)
+    per_pair = np.repeat(shared, share, axis=0)
+    pp0, pp1, loss_pp = capped_update(syn0, syn1, ins, outs, weight, per_pair, 0.05, row_cap)
+    np.testing.assert_allclose(loss, loss_pp, rtol=1e-6)
+    if row_cap is None:
+        np.testing.assert_allclose(new0, pp0, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(new1, pp1, atol=1e-6, rtol=0)
+    else:  # the per-pair count scales a shared row's step by up to c / G: not the same update
+        assert np.abs(np.asarray(new1) - np.asarray(pp1)).max() > 1e-4
+    with pytest.raises(ValueError, match="3 rows do not divide 40 pairs"):
+        sgns_update(syn0, syn1, ins, outs, np.zeros((3, k), np.int32), weight, 0.05)
+
+
+def test_shared_negatives_config_range():
+    with pytest.raises(ValueError, match=r"shared_negatives must be in \[1, batch_size = 1024\]"):
+        SkipGramConfig(shared_negatives=3)
+    with pytest.raises(ValueError, match="shared_negatives"):
+        SkipGramConfig(shared_negatives=0)
+    assert SkipGramConfig(shared_negatives=8).shared_negatives == 8
+
+
 @pytest.mark.parametrize("copies", [1, 3, 4, 5, 40])
 def test_a_recurring_pair_moves_its_rows_at_most_row_cap_times(copies):
     """A pair present k times in a batch moves its rows min(k, c) times as far as once: the
@@ -139,8 +178,18 @@ def test_data_parallel_equals_single_device_oracle(num_parts, merge):
         _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap)
 
 
-def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap):
-    train = train_program(mesh, AXIS, NEG, cap)
+@pytest.mark.parametrize("num_parts", [2, 8])
+def test_data_parallel_with_shared_negatives_equals_oracle(num_parts):
+    """Groups of 4 pairs sharing their negatives: the same identities as above, each device
+    drawing K negatives per group of its batch."""
+    rng = np.random.default_rng(10 + num_parts)
+    mesh = make_mesh(num_parts, AXIS)
+    for period, cap in ((1, None), (2, 2)):
+        _check_replicas(rng, mesh, num_parts, "sum", 4, 0.2, period, cap, share=4)
+
+
+def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap, share=1):
+    train = train_program(mesh, AXIS, NEG, cap, share)
     sync = sync_program(mesh, AXIS, AllSync(merge))
     syn0, syn1 = _tables(rng, N, DIM, 0.5)
     ins = rng.integers(0, 20, (num_parts, steps, BATCH)).astype(np.int32)  # many duplicates
@@ -171,7 +220,7 @@ def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap):
         scale = lr / num_parts if merge == "mean" else lr
         for s in range(steps):
             neg = jnp.concatenate(
-                [_negatives(key, s, d, accept, alias, BATCH) for d in range(num_parts)]
+                [_negatives(key, s, d, accept, alias, BATCH // share) for d in range(num_parts)]
             )
             flat = [a[:, s].reshape(-1) for a in (ins, outs, w)]
             ref = update(*ref, flat[0], flat[1], neg, flat[2], scale)[:2]
@@ -181,7 +230,7 @@ def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap):
             for dev in range(num_parts):
                 r = ref
                 for j in range(period):
-                    neg = _negatives(key, s + j, dev, accept, alias, BATCH)
+                    neg = _negatives(key, s + j, dev, accept, alias, BATCH // share)
                     batch = (_interleaved(a, dev, s, period, j) for a in (ins, outs, w))
                     r = capped_update(*r, *batch, neg, lr, cap)[:2]
                 reps.append(r)
