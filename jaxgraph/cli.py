@@ -163,10 +163,14 @@ def _build_parser() -> argparse.ArgumentParser:
     ep = sub.add_parser("embed", help="random-walk node embedding (FeLoG, DeepWalk, node2vec)")
     ep.add_argument("--dataset", help="bundled dataset (default blogcatalog), or 'sbm'")
     ep.add_argument("--nodes", type=int, default=2000, help="size of the 'sbm' graph")
-    ep.add_argument("--method", default="felog", help="felog, deepwalk or node2vec")
+    ep.add_argument(
+        "--config",
+        help="a .json or .toml EmbedConfig (every setting, FaBC and the pipeline included); "
+        "options given override it",
+    )
+    ep.add_argument("--method", help="felog (default), deepwalk or node2vec")
     ep.add_argument(
         "--preset",
-        default="published",
         help="defaults of every option below: published (DeepWalk's published settings: 10 "
         "rounds of one walk of 80 per node, window 10, d 128, 5 negatives, word2vec's linear "
         "learning-rate decay) or cpu (walks of 40, window 5, per-round decay: the experiments' "
@@ -200,6 +204,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ep.add_argument("--batch-size", type=int)
     ep.add_argument(
+        "--shared-negatives",
+        type=int,
+        help="pairs of a step that share one draw of negatives (1: every pair draws its own, "
+        "word2vec)",
+    )
+    ep.add_argument(
         "--row-cap",
         type=row_cap_arg,
         default=argparse.SUPPRESS,
@@ -219,8 +229,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ep.add_argument(
         "--sync",
-        default="all",
-        help="periodic replica sync: all (every row), hotspot (HaSyn) or random (as many rows)",
+        help="periodic replica sync: all (every row; default), hotspot (HaSyn) or random (as many "
+        "rows)",
     )
     ep.add_argument(
         "--full-every",

@@ -98,6 +98,10 @@ EMBED_OPTIONS = [
     (["--lr", "-1"], "--lr (lr) must be a finite number > 0, got -1.0"),
     (["--lr-decay", "-1"], "--lr-decay (lr_decay) must be a finite number >= 0, got -1.0"),
     (["--batch-size", "0"], "--batch-size (batch_size) must be positive, got 0"),
+    (
+        ["--shared-negatives", "3"],
+        "--shared-negatives (shared_negatives) must be in [1, batch_size = 1024] and divide it",
+    ),
     (["--sync-every", "0"], "--sync-every (sync_every) must be positive, got 0"),
     (["--max-norm", "nan"], "--max-norm (max_norm) must be positive, got nan"),
     (["--parts", "0"], "--parts must be an integer >= 1, got 0"),

@@ -9,7 +9,14 @@
 """
 
 from jaxgraph.embed.feedback import FeedbackConfig, neighbour_consistency, update_active_set
-from jaxgraph.embed.run import EmbedConfig, EmbedResult, RoundLog, cpu_config, embed
+from jaxgraph.embed.run import (
+    EmbedConfig,
+    EmbedResult,
+    RoundLog,
+    cpu_config,
+    embed,
+    load_embed_config,
+)
 from jaxgraph.embed.skipgram import (
     AllSync,
     SkipGramConfig,
@@ -23,6 +30,7 @@ from jaxgraph.embed.walks import WalkConfig, Walks, out_csr, random_walks
 __all__ = [
     "AllSync",
     "EmbedConfig",
+    "load_embed_config",
     "EmbedResult",
     "FeedbackConfig",
     "RoundLog",

@@ -36,6 +36,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxgraph.atomic import atomic_write_bytes, atomic_write_text
+from jaxgraph.configfile import from_dict, read_config_file
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
@@ -114,7 +115,75 @@ class EmbedConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as plain tables (what :meth:`from_dict` and a config file read): the sync
+        as ``{kind: fields}``, an absent FaBC or pipeline as None."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in d.items()}
+        if self.sync is not None:
+            kind = next(k for k, cls in _sync_types().items() if type(self.sync) is cls)
+            out["sync"] = {kind: dataclasses.asdict(self.sync)}
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EmbedConfig:
+        """An :class:`EmbedConfig` from tables: ``method``, ``rounds``, ``seed``; sections
+        ``walk``, ``sgns``, ``feedback``, ``health``; ``compress`` and ``pipeline`` (present:
+        FaBC on / the given schedule); ``sync`` as ``{"hotspot" | "random" | "all": fields}``.
+        Fields left out keep :class:`EmbedConfig`'s defaults (DeepWalk's published settings).
+
+        Raises:
+          ValueError: an unknown key or a value out of range (the message names the key).
+        """
+        convert = {
+            "compress": lambda v, where: _optional(FabcConfig, v, where),
+            "pipeline": lambda v, where: _optional(PipelineConfig, v, where),
+            "sync": _sync_from_dict,
+        }
+        d = dict(d)
+        method = d.get("method", "felog")
+        walk = d.get("walk", {})
+        if isinstance(walk, dict) and "kind" not in walk:  # the walker the method needs
+            d["walk"] = {**walk, "kind": _walk_kind(method)}
+        return from_dict(cls, d, "config", convert=convert)
+
+
+def load_embed_config(path: str | Path) -> EmbedConfig:
+    """Reads an :class:`EmbedConfig` from a ``.json`` or ``.toml`` file
+    (:meth:`EmbedConfig.from_dict`); ``experiments/configs/astroph_felog.toml`` is an example.
+
+    Raises:
+      ValueError: the file is unreadable or malformed, or a key is unknown or out of range (the
+        message names the file and the key).
+    """
+    d = read_config_file(path)
+    try:
+        return EmbedConfig.from_dict(d)
+    except ValueError as e:
+        raise ValueError(f"config file {path}: {e}") from e
+
+
+def _optional(cls, value, where: str):
+    return None if value is None else from_dict(cls, value, where)
+
+
+def _sync_types() -> dict[str, type]:
+    from jaxgraph.embed.skipgram import AllSync
+    from jaxgraph.embed.sync import HotspotSync, RandomSync
+
+    return {"all": AllSync, "hotspot": HotspotSync, "random": RandomSync}
+
+
+def _sync_from_dict(value, where: str):
+    types = _sync_types()
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in types:
+        raise ValueError(
+            f"{where} must be a table with one of the sections {sorted(types)} "
+            f"(e.g. [sync.hotspot]), got {value!r}"
+        )
+    ((kind, fields),) = value.items()
+    return from_dict(types[kind], fields or {}, f"{where}.{kind}")
 
 
 def _walk_kind(method: Method) -> str:
@@ -369,6 +438,7 @@ _OPTIONS = {
             "lr_decay",
             "lr_schedule",
             "batch_size",
+            "shared_negatives",
             "sync_every",
             "merge",
             "pairs",
@@ -444,10 +514,10 @@ def _name_option(message: str, section: str | None) -> str:
 
 
 def _config_from_args(args) -> EmbedConfig:
-    method = args.method
+    cfg = _base_config(args)
+    method = cfg.method
     if method == "deepwalk" and args.walker not in (None, "deepwalk"):
         raise ValueError("--walker applies to --method felog only")
-    cfg = preset(args.preset, method)
     sections: dict[str | None, dict[str, Any]] = {}
     for option, (section, field) in _OPTIONS.items():
         value = getattr(args, option)
@@ -464,18 +534,40 @@ def _config_from_args(args) -> EmbedConfig:
         except ValueError as e:
             raise _SectionError(section) from e
     cfg = cfg.replace(**changes)
-    if args.sync == "all":
-        for option in ("full_every", "hotness", "sync_rows"):
-            if getattr(args, option) is not None:
-                flag = "--" + option.replace("_", "-")
-                raise ValueError(f"{flag} applies to --sync hotspot or random only, not all")
-    full_every = 32 if args.full_every is None else args.full_every
-    hotness = "total" if args.hotness is None else args.hotness
+    given = {o: getattr(args, o) for o in ("full_every", "hotness", "sync_rows")}
+    given = {o: v for o, v in given.items() if v is not None}
+    name = args.sync or ("all" if cfg.sync is None else None)
+    if name == "all":
+        if given:
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise ValueError(f"{flag} applies to --sync hotspot or random only, not all")
+        return cfg.replace(sync=None)
     try:
-        sync = _table_sync(args.sync, cfg.sgns.merge, full_every, hotness, args.sync_rows)
+        if name is None:  # the config file's sync; the options given refine it
+            fields = {"counts" if o == "hotness" else o: v for o, v in given.items()}
+            fields = {"num_rows" if o == "sync_rows" else o: v for o, v in fields.items()}
+            return cfg.replace(sync=dataclasses.replace(cfg.sync, **fields))
+        full_every = given.get("full_every", 32)
+        hotness = given.get("hotness", "total")
+        sync = _table_sync(name, cfg.sgns.merge, full_every, hotness, args.sync_rows)
     except ValueError as e:
         raise _SectionError("sync") from e
     return cfg.replace(sync=sync)
+
+
+def _base_config(args) -> EmbedConfig:
+    """The config the options apply to: ``--config FILE``'s, else ``--preset``'s (default
+    ``published``); ``--method`` replaces the file's method (and its walker with the one the
+    method needs)."""
+    if args.config is None:
+        return preset(args.preset or "published", args.method or "felog")
+    if args.preset is not None:
+        raise ValueError("give --preset or --config, not both (a config file sets every default)")
+    cfg = load_embed_config(args.config)
+    if args.method is not None and args.method != cfg.method:
+        walk = dataclasses.replace(cfg.walk, kind=_walk_kind(args.method))
+        cfg = cfg.replace(method=args.method, walk=walk)
+    return cfg
 
 
 def _check_run_options(args) -> tuple[str, tuple[float, ...], Path | None]:

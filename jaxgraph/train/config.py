@@ -23,12 +23,11 @@ value given.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
+from jaxgraph.configfile import from_dict, read_config_file
 from jaxgraph.partition.partitioners import METHODS as PARTITIONERS
 from jaxgraph.train.methods import Method, Vanilla, method_from_dict, parse_method
 
@@ -239,7 +238,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        return _from_dict(cls, d, "config")
+        return from_dict(cls, d, "config", convert={"method": lambda v, _: method_from_dict(v)})
 
 
 def load_config(path: str | Path) -> TrainConfig:
@@ -249,40 +248,8 @@ def load_config(path: str | Path) -> TrainConfig:
       ValueError: for an unknown file type, malformed content or an unknown key (the message
         names the file and the key).
     """
-    path = Path(path)
-    try:
-        text = path.read_bytes()
-    except OSError as e:
-        raise ValueError(f"cannot read config file {path}: {e}") from e
-    try:
-        if path.suffix == ".json":
-            d = json.loads(text)
-        elif path.suffix == ".toml":
-            d = tomllib.loads(text.decode())
-        else:
-            raise ValueError(f"config file {path} must end in .json or .toml")
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"config file {path} is malformed: {e}") from e
+    d = read_config_file(path)
     try:
         return TrainConfig.from_dict(d)
     except ValueError as e:
         raise ValueError(f"config file {path}: {e}") from e
-
-
-def _from_dict(cls, d: dict[str, Any], where: str):
-    if not isinstance(d, dict):
-        raise ValueError(f"{where} must be a table/object, got {type(d).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - set(fields))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in {where}; known: {sorted(fields)}")
-    kwargs = {}
-    for k, v in d.items():
-        default = fields[k].default
-        if k == "method":
-            kwargs[k] = method_from_dict(v)
-        elif dataclasses.is_dataclass(default):
-            kwargs[k] = _from_dict(type(default), v, f"{where}.{k}")
-        else:
-            kwargs[k] = v
-    return cls(**kwargs)

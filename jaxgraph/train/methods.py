@@ -40,6 +40,7 @@ from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.pipegcn import DEFAULT_MOMENTUM
 from jaxgraph.comm.quantized import MAX_CHUNKS, QUANT_WIDTHS, check_widths
 from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.configfile import from_dict
 
 # The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
 # attention coefficients are data-dependent and take the mean aggregator's as a proxy.
@@ -214,9 +215,7 @@ class AdaQP(Method):
 
     def __post_init__(self):
         if isinstance(self.assign, dict):
-            object.__setattr__(
-                self, "assign", _from_dict(AssignConfig, self.assign, "adaqp.assign")
-            )
+            object.__setattr__(self, "assign", from_dict(AssignConfig, self.assign, "adaqp.assign"))
         _check_periodic("adaqp", self.period, self.chunks)
         if self.score not in ("sum", "squares"):
             raise ValueError(f"adaqp.score must be 'sum' or 'squares', got {self.score!r}")
@@ -504,21 +503,7 @@ def method_from_dict(d) -> Method:
     ((key, fields),) = d.items()
     if key not in METHOD_TYPES:
         raise ValueError(f"unknown method section [method.{key}]; known: {sorted(METHOD_TYPES)}")
-    return _from_dict(METHOD_TYPES[key], fields or {}, f"method.{key}")
-
-
-def _from_dict(cls, d, where: str):
-    if not isinstance(d, dict):
-        raise ValueError(f"{where} must be a table/object, got {type(d).__name__}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in {where}; known: {sorted(names)}")
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as e:
-        raise ValueError(f"{where}: {e}") from e
+    return from_dict(METHOD_TYPES[key], fields or {}, f"method.{key}")
 
 
 __all__ = [

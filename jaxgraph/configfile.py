@@ -1,0 +1,81 @@
+"""Config files: a ``.toml`` or ``.json`` table read into frozen config dataclasses.
+
+Training (:func:`jaxgraph.train.load_config`) and embedding
+(:func:`jaxgraph.embed.load_embed_config`) read their files through these two functions, so both
+report a bad file the same way: the file, then the dotted key (``config.model.hidden``,
+``sgns.lr``) and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The table of a ``.json`` or ``.toml`` file.
+
+    Raises:
+      ValueError: the file cannot be read, has another suffix, or is malformed (the message
+        names the file).
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read config file {path}: {e}") from e
+    try:
+        if path.suffix == ".json":
+            d = json.loads(text)
+        elif path.suffix == ".toml":
+            d = tomllib.loads(text.decode())
+        else:
+            raise ValueError(f"config file {path} must end in .json or .toml")
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"config file {path} is malformed: {e}") from e
+    if not isinstance(d, dict):
+        raise ValueError(f"config file {path} must hold a table/object, got {type(d).__name__}")
+    return d
+
+
+def from_dict(
+    cls,
+    d: Any,
+    where: str,
+    *,
+    convert: Mapping[str, Callable[[Any, str], Any]] | None = None,
+    base=None,
+):
+    """``cls(**d)`` for a frozen dataclass, checked: unknown keys are named, a field whose
+    default is a dataclass is read from its own sub-table (over that default's values), lists
+    become tuples, and ``convert[name](value, where)`` builds the fields that need more (a
+    method section, an optional sub-config). With ``base`` (an instance of ``cls``), the fields
+    ``d`` leaves out keep ``base``'s values.
+
+    Raises:
+      ValueError: naming ``where`` (the dotted path of the table) and the key.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be a table/object, got {type(d).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in {where}; known: {sorted(fields)}")
+    convert = convert or {}
+    kwargs = {}
+    for k, v in d.items():
+        default = fields[k].default
+        if k in convert:
+            kwargs[k] = convert[k](v, f"{where}.{k}")
+        elif dataclasses.is_dataclass(default):
+            kwargs[k] = from_dict(type(default), v, f"{where}.{k}", base=default)
+        else:
+            kwargs[k] = tuple(v) if isinstance(v, list) else v
+    try:
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+    except TypeError as e:
+        raise ValueError(f"{where}: {e}") from e

@@ -1,0 +1,97 @@
+"""Embedding configs from files: every setting of a run (FaBC, the pipeline, the sync
+included) is reachable from a .toml/.json file, and the command line's options override it."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxgraph.cli import main
+from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.pipeline import PipelineConfig
+from jaxgraph.embed.run import EmbedConfig, load_embed_config
+from jaxgraph.embed.skipgram import AllSync, SkipGramConfig
+from jaxgraph.embed.sync import HotspotSync, RandomSync
+from jaxgraph.embed.walks import WalkConfig
+
+EXAMPLE = Path(__file__).parents[2] / "experiments" / "configs" / "embed" / "astroph_felog.toml"
+
+
+@pytest.mark.parametrize(
+    "sync", [None, AllSync("sum"), HotspotSync(counts="pending", num_rows=0.1), RandomSync()]
+)
+def test_round_trip_through_json(sync, tmp_path):
+    cfg = EmbedConfig(
+        method="node2vec",
+        walk=WalkConfig(kind="node2vec", walk_length=20, p=0.5, q=2.0),
+        sgns=SkipGramConfig(dim=16, shared_negatives=4, lr_schedule="global"),
+        rounds=3,
+        compress=FabcConfig(scope="corpus", k=2),
+        pipeline=PipelineConfig(mode="deterministic", lag=2),
+        sync=sync,
+    )
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg.to_dict()))
+    assert load_embed_config(path) == cfg
+
+
+def test_example_file_and_defaults():
+    """A key left out keeps EmbedConfig's default (not the sub-config class's: the run's
+    learning rate decays over the whole run); the walker follows the method."""
+    cfg = load_embed_config(EXAMPLE)
+    assert cfg.compress == FabcConfig(scope="walk")
+    assert cfg.pipeline == PipelineConfig(mode="sequential")
+    assert cfg.sync == HotspotSync(counts="pending", num_rows=0.068, full_every=32)
+    assert cfg.feedback.mu == 0.7 and cfg.walk.walks_per_node == 1
+    assert EmbedConfig.from_dict({"sgns": {"dim": 8}}).sgns == SkipGramConfig(
+        dim=8, lr_schedule="global"
+    )
+    assert EmbedConfig.from_dict({"method": "node2vec"}).walk.kind == "node2vec"
+    assert EmbedConfig.from_dict({}) == EmbedConfig()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[sgns]\nbogus = 1\n", r"unknown key\(s\) \['bogus'\] in config.sgns"),
+        ("[sgns]\nlr = -1.0\n", "lr must be a finite number > 0, got -1.0"),
+        ("[sync.hotspot]\n[sync.random]\n", "config.sync must be a table with one of"),
+        ("[sync.hotspot]\ncounts = 'degree'\n", "counts must be one of"),
+        ("[pipeline]\nmode = 'fast'\n", "mode"),
+        ("[compress]\nscope = 'graph'\n", "scope"),
+        ("rounds = 0\n", "rounds must be >= 1, got 0"),
+        ("walk = 3\n", "config.walk must be a table/object, got int"),
+        ("[walk\n", "is malformed"),
+    ],
+)
+def test_bad_files_name_the_file_and_key(text, message, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        load_embed_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_cli_reads_the_file_and_options_override_it(tmp_path, capsys):
+    """FaBC and the deterministic pipeline, reachable only through a file, run from the
+    command line; --dim overrides the file; --preset with --config is an error."""
+    config = tmp_path / "run.toml"
+    config.write_text(
+        'method = "deepwalk"\nrounds = 2\n[walk]\nwalk_length = 8\nwalks_per_node = 2\n'
+        "[sgns]\ndim = 16\nwindow = 3\n[compress]\nk = 1\n"
+        '[pipeline]\nmode = "deterministic"\n[sync.random]\nnum_rows = 5\nfull_every = 2\n'
+    )
+    out = tmp_path / "emb"
+    argv = ["embed", "--dataset", "sbm", "--nodes", "60", "--parts", "2", "--task", "none"]
+    assert main([*argv, "--config", str(config), "--dim", "8", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out  # a line per round, then the summary
+    summary = json.loads(printed[printed.index("{") :])
+    assert summary["rounds"] == 2
+    rows = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    assert all(0 < r["walk_bytes_sent"] < r["walk_bytes_raw"] for r in rows)  # FaBC on
+    assert all(r["sync_rows"] > 0 for r in rows)  # the random sync of the file ran
+    assert np.load(out / "embedding.npy").shape == (60, 8)
+    assert main([*argv, "--config", str(config), "--preset", "cpu"]) == 2
+    assert "give --preset or --config, not both" in capsys.readouterr().err
