@@ -203,8 +203,8 @@ def load_graph(cache: Path, n: int):
 
 def worker_prep(spec: dict) -> dict:
     """Builds the graph of one size and the halo-plan shards of every mesh size; saves them."""
-    from jaxgraph.comm.strategy import GraphShard
     from jaxgraph.partition import build_halo_plan, partition_graph
+    from jaxgraph.partition.shard import GraphShard
 
     cache, n = Path(spec["cache"]), spec["size"]
     t = time.perf_counter()
@@ -536,9 +536,10 @@ def worker_train(spec: dict) -> dict:
     """Compiles and runs ``Trainer.train_step`` for one (size, model, P) configuration."""
     import jax
 
-    from jaxgraph.comm.strategy import GraphShard, Vanilla
+    from jaxgraph.comm.strategy import Vanilla
     from jaxgraph.mesh import make_mesh
     from jaxgraph.models import make_model, propagate
+    from jaxgraph.partition.shard import GraphShard
     from jaxgraph.train import OptimConfig, Trainer, make_optimizer
 
     if spec["agg"] == "baseline":

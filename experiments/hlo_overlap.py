@@ -212,7 +212,7 @@ def _abstract_inputs(trainer, graph, plan, comm_state, *, split: bool):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jaxgraph.comm.strategy import GraphShard
+    from jaxgraph.partition.shard import GraphShard
     from jaxgraph.train.state import TrainState
 
     replicated = NamedSharding(trainer.mesh, P())

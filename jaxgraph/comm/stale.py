@@ -100,8 +100,9 @@ from jaxgraph.comm.broadcast import (
     reduce_halo_to_owners,
     skip_broadcast_blocks,
 )
-from jaxgraph.comm.strategy import CommStrategy, GraphShard
+from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.partition.halo import HaloPlan
+from jaxgraph.partition.shard import GraphShard
 
 # A receiver's tag for a block it does not read: never too old.
 NOT_READ = np.iinfo(np.int32).max

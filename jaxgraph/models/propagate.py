@@ -9,8 +9,9 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from jaxgraph.comm.strategy import CommState, CommStrategy, GraphShard
+from jaxgraph.comm.strategy import CommState, CommStrategy
 from jaxgraph.mesh import to_varying, varying_axes
+from jaxgraph.partition.shard import GraphShard
 
 Norm = Literal["gcn", "mean"]
 

@@ -8,7 +8,7 @@ broadcast whole), so its halo is the concatenation of the ``P - 1`` other blocks
 whole block, ``send_idx[r-1][d] = arange(B)``, so a plain ring exchange
 (:func:`jaxgraph.comm.ring_exchange`, e.g. the Vanilla strategy used for evaluation) and the
 broadcasts of :mod:`jaxgraph.comm.broadcast` deliver the same halo buffer, and
-:meth:`jaxgraph.comm.strategy.GraphShard.from_plan` builds the shards unchanged.
+:meth:`jaxgraph.partition.shard.GraphShard.from_plan` builds the shards unchanged.
 
 Differences from :func:`~jaxgraph.partition.build_halo_plan` (every other field and invariant
 is the same: central rows first, edges sorted by ``(dst, src)``, global normalisation):

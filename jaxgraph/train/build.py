@@ -24,12 +24,13 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from jaxgraph.comm.strategy import CommStrategy, GraphShard
+from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.distributed import check_same_on_all_processes
 from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train.config import DataConfig, OptimConfig, TrainConfig
 from jaxgraph.train.methods import AdaQP, Method, parse_method
 from jaxgraph.train.state import Trainer, TrainState

@@ -12,9 +12,10 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
+from jaxgraph.comm.strategy import CommStrategy, Vanilla
 from jaxgraph.mesh import Bounded, place
 from jaxgraph.models.propagate import Propagator
+from jaxgraph.partition.shard import GraphShard
 
 
 @flax.struct.dataclass

@@ -23,10 +23,10 @@ from jaxgraph.comm.quantized import (
     quantized_ring_exchange,
     row_range_variance,
 )
-from jaxgraph.comm.strategy import GraphShard
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train import AdaQP, TrainConfig, train
 
 from graph_cases import directed, random_graph

@@ -13,12 +13,13 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.comm.ring import ring_exchange
-from jaxgraph.comm.strategy import CommStrategy, GraphShard, Vanilla
+from jaxgraph.comm.strategy import CommStrategy, Vanilla
 from jaxgraph.mesh import DEFAULT_AXIS, make_mesh
 from jaxgraph.models import Propagator, make_model
 from jaxgraph.models.oracle import oracle_loss_and_grads
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.halo import split_edges_by_source
+from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train import assemble_run
 
 from graph_cases import ALL_CASES

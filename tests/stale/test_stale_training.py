@@ -22,12 +22,13 @@ from jaxgraph.comm.stale import (
     decision_bytes,
     table_bytes,
 )
-from jaxgraph.comm.strategy import GraphShard, Vanilla
+from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.models.oracle import oracle_forward, oracle_loss, oracle_loss_and_grads
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.blockhalo import build_block_halo_plan
+from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train import (
     ModelConfig,
     OptimConfig,
