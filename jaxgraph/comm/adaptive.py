@@ -13,14 +13,16 @@ exchange's probe (:meth:`CommStrategy.probes`): their cotangent is the trace.
 
 **Aggregation scores** (on the host, from the plan). A forward message ``v`` enters the
 receiver's aggregation with coefficients ``a_wv`` (``deg(w)^-1/2 deg(v)^-1/2`` for GCN,
-``1 / deg(w)`` for the mean aggregator); its score is ``s(v) = sum_w a_wv`` and its weight in
-the program ``beta(v) = s(v)^2 * traced(v)``, the square of the sum as in the reference
-implementation (the variance of ``sum_w out_w``; :func:`aggregation_scores` can also give the
-sum of squares, the variance summed over the receivers' rows). A backward message is the
-receiver's partial gradient sum ``sum_w a_wv g_w``, which the sender adds to its gradient
-with coefficient 1: its score is 1. (AdaQP sends raw gradient rows and aggregates them after
-the exchange on the transposed graph, hence its backward scores; here the aggregation happens
-before the exchange and is already in the traced rows.)
+``1 / deg(w)`` for the mean aggregator); two weights are selectable (``squares``). By
+default its score is ``s(v) = sum_w a_wv`` and its weight in the program ``beta(v) = s(v)^2 *
+traced(v)``, the square of the sum, as the public implementation computes it (the variance of
+``sum_w out_w``). With ``squares=True`` the weight is the seed's ``beta_k`` (the problem AdaQP
+states after its Theorem 3): ``beta(v) = (sum_w a_wv^2) * traced(v)``, the variance summed over
+the receivers' rows. A backward message is the receiver's partial gradient sum ``sum_w a_wv
+g_w``, which the sender adds to its gradient with coefficient 1: its score is 1. (AdaQP sends
+raw gradient rows and aggregates them after the exchange on the transposed graph, hence its
+backward scores; here the aggregation happens before the exchange and is already in the traced
+rows.)
 
 **Schedule.** Epochs ``1..period`` run at uniform 8 bits; before epoch ``k * period + 1`` the
 traces of the last period are gathered to the host, one program per exchange key
@@ -202,7 +204,8 @@ class Adaptive(Quantized):
         1``: one chunked layout (:func:`~jaxgraph.comm.quantized.bucket_state`), one compiled
         step for the whole run.
       squares: weigh a message by the sum of squares of its aggregation coefficients (the
-        variance it adds) instead of their sum (AdaQP's bound).
+        seed's ``beta_k``, stated after its Theorem 3) instead of the square of their sum (the
+        public implementation's); module docstring.
     """
 
     def __init__(
@@ -393,9 +396,9 @@ class Adaptive(Quantized):
         out = {}
         for layer, dim in enumerate(layer_dims):
             traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]
-            beta = tuple(
-                s * s * t * m for s, t, m in zip(scores, traced, plan.send_mask, strict=True)
-            )
+            # beta = s^2 * traced (square of the sum) or s * traced (s = sum of squares).
+            weight = scores if self.squares else tuple(x * x for x in scores)
+            beta = tuple(w * t * m for w, t, m in zip(weight, traced, plan.send_mask, strict=True))
             out[f"fwd{layer}"] = (beta, int(dim), False)
             if layer > 0:  # the first layer's input is data: no backward exchange
                 traced = [np.asarray(t, np.float64) for t in traces["bwd"][layer]]

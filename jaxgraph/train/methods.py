@@ -201,8 +201,10 @@ class AdaQP(Method):
       period: epochs per assignment period (0: ``epochs // 5``, as AdaQP).
       chunks: exchange layout, as :attr:`Quantized.chunks`.
       compile_ahead: with ``assign.lookahead``, compile the next period's step in a thread.
-      score: how a message is weighed: ``"sum"`` of its aggregation coefficients (AdaQP's
-        variance bound) or ``"squares"``, their sum of squares (the variance itself).
+      score: a message's weight ``beta`` in the program: ``"sum"``, the square of the sum of
+        its aggregation coefficients (the public AdaQP implementation), or ``"squares"``, their
+        sum of squares (the seed's ``beta_k``, stated after its Theorem 3);
+        :mod:`jaxgraph.comm.adaptive`.
     """
 
     assign: AssignConfig = AssignConfig()

@@ -64,6 +64,25 @@ def test_aggregation_scores_equal_brute_force(graph, norm, squares):
                 assert scores[r - 1][d, s] == pytest.approx(expect, rel=1e-6)
 
 
+@pytest.mark.parametrize("squares", [False, True])
+def test_message_weight_is_square_of_sum_or_sum_of_squares(squares):
+    """beta(v) = (sum_w a_wv)^2 traced(v) (the public implementation's) or, with squares,
+    (sum_w a_wv^2) traced(v) (the seed's beta_k): linear in the sum of squares, not squared."""
+    num_parts = 4
+    plan = _plan(GRAPH, num_parts, "random")
+    rng = np.random.default_rng(3)
+    traced = [rng.uniform(0.5, 2.0, m.shape) for m in plan.send_mask]
+    traces = {"fwd": [traced, traced], "bwd": [None, traced]}
+    problems = Adaptive(squares=squares).problems(plan, (7, 5), traces)
+    sums = aggregation_scores(plan, "gcn")
+    sq = aggregation_scores(plan, "gcn", squares=True)
+    for r, (beta, t, m) in enumerate(zip(problems["fwd1"][0], traced, plan.send_mask, strict=True)):
+        expect = (sq[r] if squares else sums[r] ** 2) * t * m
+        np.testing.assert_allclose(beta, expect, rtol=1e-12)
+    assert problems["fwd1"][1] == 5 and not problems["fwd1"][2]
+    assert problems["bwd1"][2]  # backward weights do not depend on the score
+
+
 def test_backward_probe_carries_the_range_variance_of_sent_gradient_rows():
     """The cotangent of the exchange's probe is (D/6)(max - min)^2 of each gradient row the
     device sends back, slot by slot in the order of the rows it received."""
