@@ -143,8 +143,14 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument(
         "--score",
         choices=["sum", "squares"],
-        help="adaqp: weigh a message by the sum (default) or the sum of squares of its "
-        "aggregation coefficients",
+        help="adaqp: weigh a message by the square of the sum of its aggregation coefficients "
+        "(default, the public implementation) or by their sum of squares (the paper's beta_k)",
+    )
+    tp.add_argument(
+        "--quantize",
+        type=int,
+        choices=[2, 4, 8, 32],
+        help="pipegcn: send the stale halo rows and gradients quantized at this many bits",
     )
     tp.add_argument(
         "--allow-nonfinite",
@@ -337,6 +343,7 @@ _METHOD_FLAGS = {
     "no_compile_ahead": "compile_ahead",
     "widths": "widths",
     "score": "score",
+    "quantize": "quantize",
     "lam": "assign.lam",
     "group_size": "assign.group_size",
     "interconnect": "assign.interconnect",
@@ -364,6 +371,7 @@ _FIELD_FLAGS = {
     "adaqp.chunks": "--exchange-chunks",
     "quantized.chunks": "--exchange-chunks",
     "adaqp.score": "--score",
+    "pipegcn.quantize": "--quantize",
 }
 
 

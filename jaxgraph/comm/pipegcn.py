@@ -36,8 +36,17 @@ but a layer never waits for this step's messages:
 Averaging per peer and averaging after the scatter-add are the same linear map, so one
 ``[Nl, F]`` buffer serves the gradient average too. With ``stale=False`` the state is empty.
 
+- **Quantized** (``quantize=b``): the stale halo rows and the halo gradients travel
+  stochastically quantized at ``b`` bits, with the kernels, wire format and byte accounting of
+  the quantized exchange (:func:`~jaxgraph.comm.quantized.quantized_halo`, its backward
+  counterpart :func:`~jaxgraph.comm.quantized.quantized_halo_gradient`); one fixed layout per
+  layer and direction lives in ``comm_state`` (``fwd``, ``bwd``). ``quantize=32`` takes the
+  same byte path with exact rows: it trains as the fp32 ring to rounding (tested). What is
+  stored for the next step is what the receiver decoded.
+
 Bytes: the same ring as Vanilla, forward at every layer and backward at layers after the
-first; staleness hides the transfers behind computation but does not shrink them.
+first; staleness hides the transfers behind computation but does not shrink them;
+quantization does.
 """
 
 from __future__ import annotations
@@ -48,6 +57,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgraph.comm.quantized import (
+    BitAssignment,
+    bucket_state,
+    exchange_bytes,
+    quantized_halo,
+    quantized_halo_gradient,
+    quantized_ring_exchange,
+)
 from jaxgraph.comm.ring import ring_exchange, ring_perm
 from jaxgraph.comm.strategy import CommStrategy
 
@@ -79,37 +96,34 @@ def reverse_ring_scatter(
     return g
 
 
-def stale_halo(h_local, probe, halo, grad, send_idx, *, axis_name, num_parts):
+def stale_halo(h_local, probe, halo, grad, route, *, send_back):
     """The stored halo ``halo`` as this step's halo, with PipeGCN's stale backward.
 
     Forward: returns ``halo`` (its value does not depend on ``h_local``). Backward: the
     cotangent of ``h_local`` is ``grad`` (the gradient its peers sent at the previous step),
-    and the cotangent of ``probe`` is the halo cotangent sent to the owners now
-    (:func:`reverse_ring_scatter`), for the next step. ``halo`` and ``grad`` get none.
+    and the cotangent of ``probe`` is the halo cotangent sent to the owners now,
+    ``send_back(g_halo, route)`` (:func:`reverse_ring_scatter` in fp32, or the quantized
+    reverse ring), for the next step. ``halo``, ``grad`` and ``route`` (the index arrays and
+    keys ``send_back`` needs, passed explicitly rather than closed over) get none.
 
     Shapes:
       ``h_local, probe, grad: [Nl, F]``, ``halo: [H, F]`` -> ``[H, F]``.
     """
-    send_idx = tuple(send_idx)
-    num_local = h_local.shape[0]
 
     @jax.custom_vjp
-    def inject(h_local, probe, halo, grad, send_idx):
-        del h_local, probe, grad, send_idx
+    def inject(h_local, probe, halo, grad, route):
+        del h_local, probe, grad, route
         return halo
 
-    def fwd(h_local, probe, halo, grad, send_idx):
-        return halo, (grad, send_idx)
+    def fwd(h_local, probe, halo, grad, route):
+        return halo, (grad, route)
 
     def bwd(res, g_halo):
-        grad, send_idx = res
-        fresh = reverse_ring_scatter(
-            g_halo, send_idx, num_local=num_local, axis_name=axis_name, num_parts=num_parts
-        )
-        return grad, fresh, None, None, None
+        grad, route = res
+        return grad, send_back(g_halo, route), None, None, None
 
     inject.defvjp(fwd, bwd)
-    return inject(h_local, probe, halo, grad, send_idx)
+    return inject(h_local, probe, halo, grad, route)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,11 +134,15 @@ class PipeGCN(CommStrategy):
       stale: ``False`` runs the synchronous exchange (no pipeline), for comparison.
       feature_momentum: ``gamma`` of the halo-row average (PipeGCN-F), or ``None``.
       gradient_momentum: ``gamma`` of the halo-gradient average (PipeGCN-G), or ``None``.
+      quantize: ``None`` sends fp32 rows; ``2``, ``4`` or ``8`` sends the halo rows and the
+        halo gradients stochastically quantized at that width (the kernels and wire format
+        of :mod:`jaxgraph.comm.quantized`); ``32`` takes the same byte path with exact rows.
     """
 
     stale: bool = True
     feature_momentum: float | None = None
     gradient_momentum: float | None = None
+    quantize: int | None = None
 
     @property
     def exchange_before_dropout(self) -> bool:
@@ -138,63 +156,109 @@ class PipeGCN(CommStrategy):
                 raise ValueError(f"the {what} momentum must lie in [0, 1), got {m}")
             if m is not None and not self.stale:
                 raise ValueError("smoothing needs the stale pipeline (stale=True)")
+        if self.quantize is not None and self.quantize not in (2, 4, 8, 32):
+            raise ValueError(f"quantize must be None, 2, 4, 8 or 32, got {self.quantize!r}")
 
     @property
     def name(self) -> str:
+        bits = "" if self.quantize is None else f"-q{self.quantize}"
         if not self.stale:
-            return "pipegcn-sync"
+            return "pipegcn-sync" + bits
         suffix = ("f" if self.feature_momentum is not None else "") + (
             "g" if self.gradient_momentum is not None else ""
         )
-        return "pipegcn" + (f"-{suffix}" if suffix else "")
+        return "pipegcn" + (f"-{suffix}" if suffix else "") + bits
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         # Zeros are also the shape template a checkpoint restores into, whatever the epoch.
         del epoch
+        layouts = [{} for _ in layer_dims]
+        if self.quantize is not None:  # one fixed layout per layer and direction
+            uniform = BitAssignment.uniform(plan, len(layer_dims), self.quantize)
+            state = bucket_state(plan, uniform)
+            pairs = zip(state["fwd"], state["bwd"], strict=True)
+            layouts = [{"fwd": f, "bwd": b} for f, b in pairs]
         if not self.stale:
-            return ()
+            return tuple(layouts) if self.quantize is not None else ()
         p, nl, h = plan.num_parts, plan.num_local_rows, plan.num_halo_rows
         # Layer 0 (data input) sends no gradient back: no gradient buffer.
         return tuple(
             {"halo": np.zeros((p, h, f), np.float32)}
             | ({"grad": np.zeros((p, nl, f), np.float32)} if layer else {})
+            | layouts[layer]
             for layer, f in enumerate(layer_dims)
         )
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
-        del key
-        payload = sum(idx.shape[0] for idx in shard.send_idx) * h_local.shape[-1]
-        passes = 1 if layer == 0 else 2
-        nbytes = jnp.float32(passes * payload * h_local.dtype.itemsize)
+        quantized = self.quantize is not None
+        if quantized and key is None:
+            raise ValueError("the quantized exchange needs a PRNG key")
+        nbytes = self._bytes(h_local, shard, comm_state, layer, axis_name, num_parts)
         if not self.stale:
-            h_remote = ring_exchange(
-                h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts
-            )
+            if quantized:
+                st = comm_state[layer]
+                h_remote = quantized_ring_exchange(
+                    h_local, st["fwd"], st["bwd"], key, axis_name=axis_name, num_parts=num_parts
+                )
+            else:
+                h_remote = ring_exchange(
+                    h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts
+                )
             return h_remote, comm_state, nbytes
         st = comm_state[layer]
         # This step's boundary rows, for the next step: no gradient flows through them.
-        recv = ring_exchange(
-            jax.lax.stop_gradient(h_local),
-            shard.send_idx,
-            axis_name=axis_name,
-            num_parts=num_parts,
-        )  # f32[H, F]
+        h_sent = jax.lax.stop_gradient(h_local)
+        if quantized:
+            fkey = jax.random.fold_in(key, 0)
+            recv = quantized_halo(h_sent, st["fwd"], fkey, axis_name=axis_name, num_parts=num_parts)
+        else:
+            recv = ring_exchange(h_sent, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
         if probe is None:  # layer 0: the input is data, nothing to send back
             h_remote = st["halo"]
         else:
+            num_local = h_local.shape[0]
+            if quantized:
+                route = (st["bwd"], jax.random.key_data(jax.random.fold_in(key, 1)))
+
+                def send_back(g_halo, route):
+                    layout, key_data = route
+                    return quantized_halo_gradient(
+                        g_halo,
+                        layout,
+                        jax.random.wrap_key_data(key_data),
+                        num_local,
+                        axis_name=axis_name,
+                        num_parts=num_parts,
+                    )
+            else:
+                route = tuple(shard.send_idx)
+
+                def send_back(g_halo, route):
+                    return reverse_ring_scatter(
+                        g_halo, route, num_local=num_local, axis_name=axis_name, num_parts=num_parts
+                    )
+
             h_remote = stale_halo(
-                h_local,
-                probe,
-                st["halo"],
-                st["grad"],
-                shard.send_idx,
-                axis_name=axis_name,
-                num_parts=num_parts,
+                h_local, probe, st["halo"], st["grad"], route, send_back=send_back
             )
         new = {**st, "halo": _smooth(st["halo"], recv, self.feature_momentum)}
         return h_remote, _replace(comm_state, layer, new), nbytes
+
+    def _bytes(self, h_local, shard, comm_state, layer, axis_name, num_parts):
+        """Bytes one device sends at ``layer``: forward rows, and gradient rows after the
+        first layer (whose input is data)."""
+        dim = h_local.shape[-1]
+        if self.quantize is not None:
+            st = comm_state[layer]
+            nbytes = exchange_bytes(st["fwd"], dim, axis_name, num_parts)
+            if layer > 0:
+                nbytes = nbytes + exchange_bytes(st["bwd"], dim, axis_name, num_parts)
+            return nbytes
+        payload = sum(idx.shape[0] for idx in shard.send_idx) * dim
+        passes = 1 if layer == 0 else 2
+        return jnp.float32(passes * payload * h_local.dtype.itemsize)
 
     def probes(self, comm_state, num_layers):
         if not self.stale:

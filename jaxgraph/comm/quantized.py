@@ -693,6 +693,32 @@ def row_range_variance(rows: jax.Array) -> jax.Array:
     return (rows.shape[-1] / 6.0) * spread * spread
 
 
+def quantized_halo(h_local, layout, key, *, axis_name, num_parts):
+    """The forward data path of :func:`quantized_ring_exchange`: the halo rows of ``layout``
+    (a forward :class:`ExchangeLayout`), quantized with ``key`` and dequantized on arrival,
+    with no gradient rule of its own (PipeGCN sends its stale halos this way).
+
+    Shapes:
+      ``h_local: f32[Nl, D]`` -> ``f32[H, D]``.
+    """
+    rows = _exchange(h_local, layout, key, axis_name, num_parts, reverse=False)
+    return jnp.take(rows, layout.place, axis=0, mode="fill", fill_value=0)
+
+
+def quantized_halo_gradient(g_halo, layout, key, num_local: int, *, axis_name, num_parts):
+    """The backward data path: halo gradient rows sent back to their owners along the
+    reversed ring, quantized with ``key`` under ``layout`` (a backward :class:`ExchangeLayout`)
+    and added onto the rows they came from.
+
+    Shapes:
+      ``g_halo: f32[H, D]`` -> ``f32[num_local, D]``.
+    """
+    rows = _exchange(g_halo, layout, key, axis_name, num_parts, reverse=True)
+    # Typed like the primal input: varying over the mesh axis even with no rounds (P = 1).
+    g = _like_varying(jnp.zeros((num_local, g_halo.shape[-1]), g_halo.dtype), g_halo)
+    return g.at[layout.place].add(rows, mode="drop")  # padding rows point past the end
+
+
 def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, probe=None):
     """Ring halo exchange with quantized messages in both passes.
 
@@ -715,8 +741,7 @@ def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, pro
     def forward(h_local, aux):
         fwd, _, key_data = aux
         fkey = jax.random.fold_in(jax.random.wrap_key_data(key_data), 0)
-        rows = _exchange(h_local, fwd, fkey, axis_name, num_parts, reverse=False)
-        return jnp.take(rows, fwd.place, axis=0, mode="fill", fill_value=0)
+        return quantized_halo(h_local, fwd, fkey, axis_name=axis_name, num_parts=num_parts)
 
     # Index arrays and the key are explicit (non-differentiated) arguments rather than closed
     # over, so the exchange can be differentiated from outside an enclosing jit/shard_map.
@@ -730,10 +755,9 @@ def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, pro
     def exchange_bwd(aux, g_halo):
         _, bwd, key_data = aux
         bkey = jax.random.fold_in(jax.random.wrap_key_data(key_data), 1)
-        rows = _exchange(g_halo, bwd, bkey, axis_name, num_parts, reverse=True)
-        # Typed like the primal input: varying over the mesh axis even with no rounds (P = 1).
-        g = _like_varying(jnp.zeros(shape, dtype), g_halo)
-        g = g.at[bwd.place].add(rows, mode="drop")  # padding rows point past the end
+        g = quantized_halo_gradient(
+            g_halo, bwd, bkey, shape[0], axis_name=axis_name, num_parts=num_parts
+        ).astype(dtype)
         probe_ct = None
         if probe is not None:
             v = row_range_variance(g_halo)

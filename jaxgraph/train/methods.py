@@ -254,11 +254,15 @@ class PipeGCN(Method):
       stale: ``False`` runs the synchronous exchange (staleness off), for comparison.
       feature_momentum, gradient_momentum: ``gamma`` of the moving average of the stale halo
         rows (PipeGCN-F) or gradients (PipeGCN-G), in ``[0, 1)``; ``None`` for none.
+      quantize: ``None`` (fp32 rows), or ``2``, ``4``, ``8``: the halo rows and halo
+        gradients travel stochastically quantized at that width; ``32``: the quantized byte
+        path with exact rows (:class:`jaxgraph.comm.pipegcn.PipeGCN`).
     """
 
     stale: bool = True
     feature_momentum: float | None = None
     gradient_momentum: float | None = None
+    quantize: int | None = None
 
     key: ClassVar[str] = "pipegcn"
 
@@ -269,15 +273,20 @@ class PipeGCN(Method):
                 raise ValueError(f"pipegcn.{name} must lie in [0, 1), got {m!r}")
         if not self.stale and (self.feature_momentum, self.gradient_momentum) != (None, None):
             raise ValueError("pipegcn momenta smooth stale halos: they need stale = true")
+        if self.quantize is not None and self.quantize not in (2, 4, 8, 32):
+            raise ValueError(
+                f"pipegcn.quantize must be none, 2, 4, 8 or 32 (bits), got {self.quantize!r}"
+            )
 
     def label(self) -> str:
+        bits = "" if self.quantize is None else f"-q{self.quantize}"
         if not self.stale:
-            return "pipegcn-sync"
+            return "pipegcn-sync" + bits
         tag = ""
         for letter, m in (("f", self.feature_momentum), ("g", self.gradient_momentum)):
             if m is not None:
                 tag += letter if m == DEFAULT_MOMENTUM else f"{letter}{m:g}"
-        return f"pipegcn-{tag}" if tag else "pipegcn"
+        return (f"pipegcn-{tag}" if tag else "pipegcn") + bits
 
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
         from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
@@ -286,6 +295,7 @@ class PipeGCN(Method):
             stale=self.stale,
             feature_momentum=self.feature_momentum,
             gradient_momentum=self.gradient_momentum,
+            quantize=self.quantize,
         )
 
 
@@ -411,7 +421,7 @@ METHOD_TYPES: dict[str, type[Method]] = {
 
 # Examples of the short spellings (the command line's --method choices in its help).
 METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
-METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync")
+METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync", "pipegcn-q4")
 METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04", "skipg")
 
 
@@ -427,14 +437,16 @@ _GRAMMAR = [
     (re.compile(r"^adaqp$"), lambda g: AdaQP()),
     (
         re.compile(
-            r"^pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?$"
+            r"^pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?"
+            r"(?:-q(?P<q>2|4|8|32))?$"
         ),
         lambda g: (
-            PipeGCN(stale=False)
+            PipeGCN(stale=False, quantize=_bits(g["q"]))
             if g["sync"]
             else PipeGCN(
                 feature_momentum=_momentum(g["f"], g["fm"]),
                 gradient_momentum=_momentum(g["g"], g["gm"]),
+                quantize=_bits(g["q"]),
             )
         ),
     ),
@@ -467,11 +479,16 @@ def _momentum(flag, value) -> float | None:
     return DEFAULT_MOMENTUM if value is None else float(value)
 
 
+def _bits(value) -> int | None:
+    return None if value is None else int(value)
+
+
 def parse_method(text: str) -> Method:
     """The method a short spelling names.
 
     ``vanilla``; ``quant-<2|4|8|32|random>``; ``adaqp``; ``pipegcn``, ``pipegcn-sync``,
-    ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8`` sets it); ``cagnet``;
+    ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8`` sets it), each with an optional
+    ``-q<2|4|8|32>`` (quantized halos); ``cagnet``;
     ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>]`` (``e``: epochs, ``a``: adaptive,
     ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no clipping by
     default), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``; ``skipg[-<Δ>][-w<warmup>]``.
@@ -487,7 +504,7 @@ def parse_method(text: str) -> Method:
             return make(g)
     raise ValueError(
         f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>, adaqp, "
-        "pipegcn[-sync|-f|-g|-fg], cagnet, sancus-<e|a|h><bound>[-w<warmup>][-clip<th>] "
+        "pipegcn[-sync|-f|-g|-fg][-q<bits>], cagnet, sancus-<e|a|h><bound>[-w<warmup>][-clip<th>] "
         "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>]"
     )
 

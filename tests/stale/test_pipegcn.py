@@ -48,12 +48,14 @@ def test_staleness_off_equals_vanilla_bit_for_bit():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("quantize", [None, 32])
 @pytest.mark.parametrize("num_parts", [pytest.param(2, marks=pytest.mark.slow), 4])
-def test_stale_halo_and_gradient_match_dense_reference(num_parts):
+def test_stale_halo_and_gradient_match_dense_reference(num_parts, quantize):
     """Step t aggregates the step t-1 rows of the other parts (zeros at step 0); the halo
     gradients of step t-1 reach their owners at step t, where they enter the parameter
-    gradients; each step stores its own halo gradient, Â_crossᵀ dZ_1, for the next."""
-    parts, plan, trainer, shards, state = _setup(PipeGCN(), num_parts)
+    gradients; each step stores its own halo gradient, Â_crossᵀ dZ_1, for the next. With
+    ``quantize=32`` both travel through the quantized exchange's byte path, exactly."""
+    parts, plan, trainer, shards, state = _setup(PipeGCN(quantize=quantize), num_parts)
     zeros = (np.zeros_like(GRAPH.features), np.zeros((GRAPH.num_nodes, HIDDEN), np.float32))
     halo, inject = zeros, None
     for step in range(3):
@@ -74,6 +76,49 @@ def test_stale_halo_and_gradient_match_dense_reference(num_parts):
         if step == 0:
             assert np.any(np.asarray(stored))  # a non-trivial injection follows
         halo, inject = inputs, stored
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_quantize_32_trains_as_plain_pipegcn(stale):
+    """The quantized byte path at 32 bits: the same losses, gradients and parameters over
+    three steps as the fp32 ring (to fp32 rounding: the gradient rows are added onto their
+    owners in another order), and the same bytes."""
+    runs = []
+    for quantize in (None, 32):
+        _, _, trainer, shards, state = _setup(PipeGCN(stale=stale, quantize=quantize), 4)
+        out = []
+        for _ in range(3):
+            _, grads = trainer.loss_and_grads(state, shards)
+            state, metrics = trainer.train_step(state, shards)
+            out.append(jax.device_get((metrics["loss"], grads, state.params)))
+        runs.append((out, float(metrics["bytes_moved"])))
+    for a, b in zip(jax.tree.leaves(runs[0][0]), jax.tree.leaves(runs[1][0]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert runs[1][1] == runs[0][1]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_stale_halos_stay_within_one_quantization_step(bits):
+    """A stored halo row differs from the row its owner sent by at most one step of its
+    grid, ``(max - min) / (2^b - 1)`` (stochastic rounding picks a neighbouring grid point),
+    and the halo gradients stored for the next step are quantized too; fewer bytes move."""
+    exact = _setup(PipeGCN(), 4)
+    quant = _setup(PipeGCN(quantize=bits), 4)
+    (_, plan, t0, sh0, s0), (_, _, t1, sh1, s1) = exact, quant
+    s0, m0 = t0.train_step(s0, sh0)
+    s1, m1 = t1.train_step(s1, sh1)
+    c0, c1 = jax.device_get(s0.comm_state), jax.device_get(s1.comm_state)
+    real = plan.halo_mask[..., None]  # pad slots carry nothing
+    for layer in range(2):
+        h0, h1 = (np.where(real, c[layer]["halo"], 0) for c in (c0, c1))
+        # The grid of a halo row is its owner's row's: the same values as h0's row.
+        step = (h0.max(-1) - h0.min(-1)) / (2**bits - 1)
+        assert np.all(np.abs(h1 - h0) <= step[..., None] * (1 + 1e-5) + 1e-6)
+        assert np.any(h1 != h0)  # it is quantized
+    assert np.any(c1[1]["grad"] != c0[1]["grad"])
+    assert np.allclose(c1[1]["grad"], c0[1]["grad"], atol=0.5 * np.abs(c0[1]["grad"]).max())
+    # Per row b D / 8 bytes of codes and 8 of (scale, lo) against 4 D: below fp32 for D > 2.
+    assert float(m1["bytes_moved"]) < float(m0["bytes_moved"])
 
 
 @pytest.mark.slow
@@ -98,3 +143,7 @@ def test_names_and_bad_settings():
         PipeGCN(feature_momentum=1.0)
     with pytest.raises(ValueError, match="needs the stale pipeline"):
         PipeGCN(stale=False, gradient_momentum=0.9)
+    with pytest.raises(ValueError, match="quantize must be None, 2, 4, 8 or 32, got 3"):
+        PipeGCN(quantize=3)
+    assert PipeGCN(quantize=4).name == "pipegcn-q4"
+    assert PipeGCN(stale=False, quantize=8).name == "pipegcn-sync-q8"

@@ -22,7 +22,7 @@ from jaxgraph.train import (
     make_strategy,
     parse_method,
 )
-from jaxgraph.train.methods import METHOD_TYPES
+from jaxgraph.train.methods import METHOD_TYPES, method_from_dict
 
 SPELLINGS = {
     "vanilla": Vanilla(),
@@ -174,3 +174,26 @@ def test_run_fields_are_validated(changes, message):
     with pytest.raises(ValueError) as e:
         TrainConfig(**changes)
     assert message in str(e.value)
+
+
+def test_pipegcn_quantize_spelling_config_and_flag(capsys):
+    """``-q<bits>`` on any PipeGCN spelling, ``quantize`` in a config section, ``--quantize``
+    on the command line (an error with any other method)."""
+    from jaxgraph.cli import main
+    from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
+
+    for text, method in (
+        ("pipegcn-q4", PipeGCN(quantize=4)),
+        ("pipegcn-fg-q8", PipeGCN(feature_momentum=0.95, gradient_momentum=0.95, quantize=8)),
+        ("pipegcn-sync-q32", PipeGCN(stale=False, quantize=32)),
+    ):
+        assert parse_method(text) == method and method.label() == text
+    assert method_from_dict({"pipegcn": {"quantize": 2}}).strategy(epochs=1) == (
+        PipeGCNExchange(quantize=2)
+    )
+    with pytest.raises(ValueError, match="pipegcn.quantize must be none, 2, 4, 8 or 32"):
+        PipeGCN(quantize=3)
+    with pytest.raises(ValueError, match="unknown method 'pipegcn-q3'"):
+        parse_method("pipegcn-q3")
+    assert main(["train", "--dataset", "nope", "--method", "cagnet", "--quantize", "4"]) == 2
+    assert "--quantize applies to --method pipegcn only, not 'cagnet'" in capsys.readouterr().err
