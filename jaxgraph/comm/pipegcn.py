@@ -67,6 +67,7 @@ from jaxgraph.comm.quantized import (
 )
 from jaxgraph.comm.ring import ring_exchange, ring_perm
 from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.mesh import to_varying, varying_axes
 
 DEFAULT_MOMENTUM = 0.95
 
@@ -120,7 +121,9 @@ def stale_halo(h_local, probe, halo, grad, route, *, send_back):
 
     def bwd(res, g_halo):
         grad, route = res
-        return grad, send_back(g_halo, route), None, None, None
+        # Typed like the state it becomes: varying over the mesh even with no rounds (P = 1).
+        fresh = to_varying(send_back(g_halo, route), varying_axes(grad))
+        return grad, fresh, None, None, None
 
     inject.defvjp(fwd, bwd)
     return inject(h_local, probe, halo, grad, route)

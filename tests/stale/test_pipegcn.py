@@ -79,13 +79,16 @@ def test_stale_halo_and_gradient_match_dense_reference(num_parts, quantize):
 
 
 @pytest.mark.parametrize("stale", [True, False])
-def test_quantize_32_trains_as_plain_pipegcn(stale):
+@pytest.mark.parametrize(
+    "num_parts", [pytest.param(p, marks=pytest.mark.slow) for p in (1, 2, 8)] + [4]
+)
+def test_quantize_32_trains_as_plain_pipegcn(num_parts, stale):
     """The quantized byte path at 32 bits: the same losses, gradients and parameters over
     three steps as the fp32 ring (to fp32 rounding: the gradient rows are added onto their
     owners in another order), and the same bytes."""
     runs = []
     for quantize in (None, 32):
-        _, _, trainer, shards, state = _setup(PipeGCN(stale=stale, quantize=quantize), 4)
+        _, _, trainer, shards, state = _setup(PipeGCN(stale=stale, quantize=quantize), num_parts)
         out = []
         for _ in range(3):
             _, grads = trainer.loss_and_grads(state, shards)
