@@ -23,6 +23,7 @@ with probability ``w(x) / max(1/p, 1, 1/q)``, so no ``O(sum deg^2)`` table is bu
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Literal, NamedTuple
 
@@ -62,8 +63,10 @@ class WalkConfig:
             raise ValueError(f"walk_length must be >= 1, got {self.walk_length}")
         if self.walks_per_node < 1:
             raise ValueError(f"walks_per_node must be >= 1, got {self.walks_per_node}")
-        if not (self.p > 0 and self.q > 0):
-            raise ValueError(f"node2vec p and q must be positive, got p={self.p}, q={self.q}")
+        for name in ("p", "q"):  # node2vec's return and in-out parameters
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0 (node2vec), got {value}")
 
 
 class Walks(NamedTuple):

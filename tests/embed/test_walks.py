@@ -117,5 +117,5 @@ def test_empty_start_set_and_errors():
         WalkConfig(kind="levy")
     with pytest.raises(ValueError, match="walk_length must be >= 1"):
         WalkConfig(walk_length=0)
-    with pytest.raises(ValueError, match="p and q must be positive"):
+    with pytest.raises(ValueError, match=r"q must be a finite number > 0 \(node2vec\), got 0.0"):
         WalkConfig(kind="node2vec", q=0.0)
