@@ -7,12 +7,17 @@ part without nodes); every consumer in :mod:`jaxgraph.partition` handles empty p
 
 from __future__ import annotations
 
+import io
+import subprocess
+import sys
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
 
 from jaxgraph.graph import Graph
+from jaxgraph.partition._metis_worker import run_metis
 
 Method = Literal["metis", "random", "contiguous"]
 METHODS: tuple[str, ...] = ("metis", "random", "contiguous")
@@ -79,9 +84,35 @@ def _check_num_parts(num_parts, num_nodes: int) -> int:
     return num_parts
 
 
-def _metis(graph: Graph, num_parts: int, seed: int) -> np.ndarray:
-    import pymetis
+def _rand_is_shared() -> bool:
+    """Whether threads of this process other than METIS's may call the C library's
+    ``rand()`` during a METIS call: those of JAX's distributed runtime (coordination service,
+    collectives), once ``jax.distributed`` is initialized. See :mod:`._metis_worker`."""
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized()
 
+
+def _metis_in_child(indptr, indices, num_parts: int, seed: int) -> np.ndarray:
+    """:func:`run_metis` in a child process with no other thread (a reproducible partition,
+    the same on every process of a multi-process run)."""
+    payload = io.BytesIO()
+    np.savez(payload, indptr=indptr, indices=indices, num_parts=num_parts, seed=seed)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_metis_worker.py"))],
+        input=payload.getvalue(),
+        capture_output=True,
+        timeout=3600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"METIS failed in its child process (exit {done.returncode}): "
+            f"{done.stderr.decode(errors='replace').strip()[-2000:]}"
+        )
+    return np.load(io.BytesIO(done.stdout))
+
+
+def _metis(graph: Graph, num_parts: int, seed: int) -> np.ndarray:
     n = graph.num_nodes
     src, dst = graph.edges()
     keep = src != dst
@@ -89,11 +120,10 @@ def _metis(graph: Graph, num_parts: int, seed: int) -> np.ndarray:
     cols = np.concatenate([src[keep], dst[keep]])
     sym = sp.csr_matrix((np.ones(rows.size, np.int8), (rows, cols)), shape=(n, n))
     sym.sum_duplicates()  # canonical: sorted, duplicate-free neighbour lists
-    csr = pymetis.CSRAdjacency(
-        adj_starts=sym.indptr.astype(np.int64), adjacent=sym.indices.astype(np.int64)
-    )
-    result = pymetis.part_graph(num_parts, csr, options=pymetis.Options(seed=int(seed)))
-    parts = np.asarray(result.vertex_part, dtype=np.int32)
+    if _rand_is_shared():
+        parts = _metis_in_child(sym.indptr, sym.indices, num_parts, seed)
+    else:
+        parts = run_metis(sym.indptr, sym.indices, num_parts, seed)
     if parts.shape != (graph.num_nodes,) or parts.min() < 0 or parts.max() >= num_parts:
         raise RuntimeError(f"METIS returned an invalid partition into {num_parts} parts")
     return parts

@@ -105,3 +105,32 @@ def test_check_parts():
         check_parts(np.array([0, 1, -1, 0]), 4)
     with pytest.raises(ValueError, match="integer"):
         check_parts(np.array([0.0, 1.0, 1.0, 0.0]), 4)
+
+
+def test_metis_runs_in_a_child_process_once_jax_distributed_is_up(monkeypatch):
+    """METIS draws from the C library's rand(), one state per process, and the threads of
+    JAX's distributed runtime draw from it too: in a 2-process run on a loaded host, process 0
+    got a different partition from process 1 in 3 of 9 runs. Once jax.distributed is
+    initialized, METIS runs in a child process of its own, with the same result as alone."""
+    from jaxgraph.partition import partitioners
+
+    assert not partitioners._rand_is_shared()  # this test process: no distributed runtime
+    calls = []
+    in_child = partitioners._metis_in_child
+
+    def spy(*args):
+        calls.append(args[2:])
+        return in_child(*args)
+
+    monkeypatch.setattr(partitioners, "_metis_in_child", spy)
+    for graph, num_parts in (
+        (random_graph(n=400, avg_deg=8, seed=5), 8),
+        (two_cliques_bridge(), 2),
+    ):
+        expect = partition_graph(graph, num_parts, method="metis", seed=1)
+        assert not calls
+        with monkeypatch.context() as m:
+            m.setattr(partitioners, "_rand_is_shared", lambda: True)
+            parts = partition_graph(graph, num_parts, method="metis", seed=1)
+        assert calls.pop() == (num_parts, 1)
+        np.testing.assert_array_equal(parts, expect)
