@@ -98,8 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument(
         "--method",
         help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
-        "quant-random, adaqp (adaptive bit-widths), pipegcn[-f|-g|-fg|-sync], cagnet, "
-        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>], skipg[-<bound>][-w<warmup>]",
+        "quant-random, adaqp (adaptive bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>], "
+        "cagnet[-q<bits>], sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>], "
+        "skipg[-<bound>][-w<warmup>]",
     )
     tp.add_argument(
         "--assign-period", type=int, help="epochs per bit assignment (default epochs/5)"
@@ -150,7 +151,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--quantize",
         type=int,
         choices=[2, 4, 8, 32],
-        help="pipegcn: send the stale halo rows and gradients quantized at this many bits",
+        help="pipegcn, cagnet, sancus: send the halo rows or broadcast blocks, and the "
+        "gradients, stochastically quantized at this many bits (32: the same path, exact)",
     )
     tp.add_argument(
         "--allow-nonfinite",
@@ -372,6 +374,8 @@ _FIELD_FLAGS = {
     "quantized.chunks": "--exchange-chunks",
     "adaqp.score": "--score",
     "pipegcn.quantize": "--quantize",
+    "cagnet.quantize": "--quantize",
+    "sancus.quantize": "--quantize",
 }
 
 

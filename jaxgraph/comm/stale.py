@@ -74,17 +74,41 @@ reduction tree (all devices' partials of one block, as one broadcast is the unit
 In this synchronous program every block shares one schedule. A skipped reduction moves 0
 bytes; the schedule table is a ``psum`` of ``int32[P, 2]`` per layer (:func:`table_bytes`).
 
+**Quantized broadcasts** (``quantize=b`` on :class:`CAGNET` and :class:`Sancus`; the wire
+format and the unbiasedness argument in :mod:`jaxgraph.comm.qbroadcast`): an owner encodes
+its block once and the encoded bytes travel down the tree; every receiver, and the owner,
+decodes the same bytes. Sancus caches what the receivers decoded: ``last_sent`` is the
+decoded block, so the cache-consistency invariant (every receiver's copy equals the owner's
+``last_sent``, bit for bit) holds at any width, and Δ_H's gap measures the owner's drift from
+what the receivers hold, quantization error included. Sancus keeps its first layer exact
+(its rule is exactness: data rows are re-sent only when they change). The backward gradient
+sums travel along the reversed trees with every hop quantized (``quantize_grad``, default
+``quantize``). ``b = 32`` runs the same byte path with fp32 rows and trains bit for bit as
+the unquantized method.
+
 Local gradient clipping (Sancus, Sec. 5.2.2: clip a worker's gradient ``δ_i`` when
-``‖δ_i‖_2 > th_i = sqrt(P) th``) is applied by the :class:`~jaxgraph.train.Trainer`
-(``local_grad_clip=th``) to each device's gradient with respect to its own copy of the
-parameters, before the sum over devices: inside ``shard_map`` the gradient of replicated
-parameters arrives already summed, so the Trainer differentiates a device-varying copy.
-:attr:`Sancus.local_grad_clip` carries the setting for :func:`jaxgraph.train.train`.
+``‖δ_i‖_2 > th_i = sqrt(P) th``) comes in two variants:
+
+- **parameters** (``Sancus(local_grad_clip=th)``): the :class:`~jaxgraph.train.Trainer`
+  clips each device's gradient with respect to its own copy of the parameters, before the
+  sum over devices (inside ``shard_map`` the gradient of replicated parameters arrives
+  already summed, so the Trainer differentiates a device-varying copy). This bounds each
+  worker's share of the all-reduce of Algorithm 1, line 23.
+- **embeddings** (``Sancus(embedding_grad_clip=th)``; Algorithm 1, line 22,
+  ``δ_i^(ℓ) ← GRADIENT_CLIP(δ_i^(ℓ))`` before ``BROADCAST(δ_i^(ℓ))``): at every layer after
+  the first, the embedding-gradient message this device sends in the backward pass is
+  clipped to L2 norm ``sqrt(P) th`` before it travels. The chapter's backward broadcasts a
+  worker's gradient block; here the backward runs the reversed broadcast trees, so what a
+  device puts on the wire is its gradient with respect to every halo block it read (its
+  partials ``Â_ijᵀ G_i`` for all owners ``j != i``, ``[P-1, B, F]``), and that whole message
+  is clipped as one vector (:func:`clip_cotangent`). The owner's own diagonal term is never
+  clipped, and neither are the parameter gradients.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar, Literal
 
@@ -100,6 +124,7 @@ from jaxgraph.comm.broadcast import (
     reduce_halo_to_owners,
     skip_broadcast_blocks,
 )
+from jaxgraph.comm.qbroadcast import check_bits, quantized_blocks, quantized_broadcast_bytes
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.partition.halo import HaloPlan
 from jaxgraph.partition.shard import GraphShard
@@ -231,30 +256,110 @@ def _tag_index(num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return i, np.maximum(cols, 0), cols < 0
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def clip_cotangent(x: jax.Array, threshold: float) -> jax.Array:
+    """Identity in the forward pass; in the backward pass the cotangent of ``x`` (this
+    device's, as one vector) is scaled to L2 norm at most ``threshold``:
+    ``g * min(1, threshold / ‖g‖_2)``."""
+    del threshold
+    return x
+
+
+def _clip_fwd(x, threshold):
+    del threshold
+    return x, None
+
+
+def _clip_bwd(threshold, _, g):
+    norm = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
+    scale = jnp.where(norm > threshold, threshold / jnp.maximum(norm, 1e-30), 1.0)
+    return (g * scale.astype(g.dtype),)
+
+
+clip_cotangent.defvjp(_clip_fwd, _clip_bwd)
+
+
 def _replace_layer(comm_state, layer, new):
     return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
+def _check_quantize(strategy) -> None:
+    if strategy.quantize is not None:
+        check_bits(strategy.quantize, "quantize")
+    if strategy.quantize_grad is not None:
+        if strategy.quantize is None:
+            raise ValueError("quantize_grad needs quantize (the forward width)")
+        check_bits(strategy.quantize_grad, "quantize_grad")
+
+
+def _widths(strategy) -> tuple[int, int]:
+    """``(forward, backward)`` widths of a quantized broadcast strategy."""
+    q = strategy.quantize
+    return q, q if strategy.quantize_grad is None else strategy.quantize_grad
+
+
+def _quantize_suffix(strategy) -> str:
+    if strategy.quantize is None:
+        return ""
+    out = f"-q{strategy.quantize}"
+    if strategy.quantize_grad is not None and strategy.quantize_grad != strategy.quantize:
+        out += f"g{strategy.quantize_grad}"
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class CAGNET(CommStrategy):
-    """CAGNET 1D: every block broadcast from its owner at every layer, in both passes."""
+    """CAGNET 1D: every block broadcast from its owner at every layer, in both passes.
+
+    Args:
+      quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8`` broadcasts them
+        stochastically quantized (:mod:`jaxgraph.comm.qbroadcast`); ``32`` takes the same byte
+        path with exact rows.
+      quantize_grad: the width of the backward gradient reductions (default: ``quantize``).
+    """
+
+    quantize: int | None = None
+    quantize_grad: int | None = None
 
     layout: ClassVar[str] = "block"
-    name: ClassVar[str] = "cagnet"
+
+    def __post_init__(self):
+        _check_quantize(self)
+
+    @property
+    def name(self) -> str:
+        return "cagnet" + _quantize_suffix(self)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "CAGNET")
         return {}
 
     def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
-        del key
         b, f = h_local.shape
-        halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=num_parts)
-        _, total = broadcast_bytes((b, f), num_parts, h_local.dtype.itemsize)
         # Over the P trees every device sends P - 1 blocks forward and P - 1 back (the first
         # layer's input is data: no backward pass).
-        passes = 1 if layer == 0 else 2
-        return halo, comm_state, jnp.float32(passes * total)
+        if self.quantize is None or num_parts == 1:
+            halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=num_parts)
+            _, total = broadcast_bytes((b, f), num_parts, h_local.dtype.itemsize)
+            passes = 1 if layer == 0 else 2
+            return halo, comm_state, jnp.float32(passes * total)
+        if key is None:
+            raise ValueError("a quantized broadcast needs a PRNG key")
+        bits, grad_bits = _widths(self)
+        halo, _ = quantized_blocks(
+            h_local,
+            None,
+            None,
+            key,
+            bits=bits,
+            grad_bits=grad_bits,
+            axis_name=axis_name,
+            num_parts=num_parts,
+        )
+        _, forward = quantized_broadcast_bytes(b, f, num_parts, bits)
+        _, backward = quantized_broadcast_bytes(b, f, num_parts, grad_bits)
+        nbytes = forward + (0 if layer == 0 else backward)
+        return halo.reshape(-1, f), comm_state, jnp.float32(nbytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,15 +368,30 @@ class Sancus(CommStrategy):
 
     Args:
       policy: the :class:`StalenessPolicy` of the layers after the first.
-      local_grad_clip: the base threshold ``th`` of local gradient clipping (each device's
-        gradient w.r.t. its copy of the parameters is clipped to L2 norm ``sqrt(P) th``), or
-        ``None``; applied by the Trainer (see the module docstring).
+      local_grad_clip: the base threshold ``th`` of local gradient clipping of the parameter
+        gradients (each device's gradient w.r.t. its copy of the parameters is clipped to L2
+        norm ``sqrt(P) th``), or ``None``; applied by the Trainer (see the module docstring).
+      embedding_grad_clip: the base threshold ``th`` of Algorithm 1's clipping of the
+        embedding-gradient message each device sends at every layer after the first (L2
+        norm ``sqrt(P) th``), or ``None``; applied inside the exchange.
+      quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8``: the blocks of the layers
+        after the first are broadcast stochastically quantized
+        (:mod:`jaxgraph.comm.qbroadcast`), and the cache, the owner's last-sent copy and the
+        Δ_H gap hold what the receivers decoded; ``32`` takes the same byte path exactly. The
+        first layer's rows (data) stay exact, under the first layer's rule.
+      quantize_grad: the width of the backward gradient reductions (default: ``quantize``).
     """
 
     policy: StalenessPolicy
     local_grad_clip: float | None = None
+    embedding_grad_clip: float | None = None
+    quantize: int | None = None
+    quantize_grad: int | None = None
 
     layout: ClassVar[str] = "block"
+
+    def __post_init__(self):
+        _check_quantize(self)
 
     @property
     def name(self) -> str:
@@ -279,8 +399,11 @@ class Sancus(CommStrategy):
         bound = "inf" if math.isinf(p.bound) else f"{p.bound:g}"
         letter = {"epoch": "e", "adaptive": "a", "gap": "h"}[p.kind]
         out = f"sancus-{letter}{bound}-w{p.warmup}"
-        clip = self.local_grad_clip
-        return out + ("" if clip is None else f"-clip{clip:g}")
+        if self.local_grad_clip is not None:
+            out += f"-clip{self.local_grad_clip:g}"
+        if self.embedding_grad_clip is not None:
+            out += f"-eclip{self.embedding_grad_clip:g}"
+        return out + _quantize_suffix(self)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "Sancus")
@@ -297,7 +420,6 @@ class Sancus(CommStrategy):
         )
 
     def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
-        del key
         st = comm_state[layer]
         p = num_parts
         b, f = h_local.shape
@@ -345,24 +467,46 @@ class Sancus(CommStrategy):
                 gap=jax.lax.bitcast_convert_type(table[:, 3], jnp.float32),
             )
 
-        halo = skip_broadcast_blocks(
-            h_local, st["cache"], active, axis_name=axis_name, num_parts=p
-        )  # [P-1, B, F]
+        quantized = self.quantize is not None and layer > 0
+        if quantized:
+            if key is None:
+                raise ValueError("a quantized broadcast needs a PRNG key")
+            bits, grad_bits = _widths(self)
+            halo, decoded = quantized_blocks(
+                h_local,
+                st["cache"],
+                active,
+                key,
+                bits=bits,
+                grad_bits=grad_bits,
+                axis_name=axis_name,
+                num_parts=p,
+            )  # [P-1, B, F], [B, F]: what every receiver holds of this device's block
+            per_rank, _ = quantized_broadcast_bytes(b, f, p, bits)
+            _, backward = quantized_broadcast_bytes(b, f, p, grad_bits)
+            decoded = jax.lax.stop_gradient(decoded)
+        else:
+            halo = skip_broadcast_blocks(
+                h_local, st["cache"], active, axis_name=axis_name, num_parts=p
+            )  # [P-1, B, F]
+            per_rank, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
+            backward = 0 if layer == 0 else total
+            decoded = h
         fresh = active[halo_sources(i, p)]  # [P-1]
         own = active[i]
         new = {
             "cache": jax.lax.stop_gradient(halo),
             "tags": jnp.where(fresh, epoch, st["tags"]),
-            "last_sent": jnp.where(own, h, last),
+            "last_sent": jnp.where(own, decoded, last),
             "sent_version": jnp.where(own, epoch, st["sent_version"]),
             "count": count,
         }
 
-        per_rank, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
         rel = (i - jnp.arange(p)) % p  # this device's relative rank in each source's tree
         sent = jnp.sum(jnp.where(active, jnp.asarray(per_rank, jnp.float32)[rel], 0.0))
-        backward = 0 if layer == 0 else total
         nbytes = sent + jnp.float32(backward + decision_bytes(p))
+        if layer > 0 and self.embedding_grad_clip is not None:
+            halo = clip_cotangent(halo, math.sqrt(p) * self.embedding_grad_clip)
         return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
 
 
@@ -507,6 +651,7 @@ __all__ = [
     "Sancus",
     "SkipG",
     "StalenessPolicy",
+    "clip_cotangent",
     "decide",
     "decision_bytes",
     "table_bytes",

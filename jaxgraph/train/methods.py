@@ -273,13 +273,10 @@ class PipeGCN(Method):
                 raise ValueError(f"pipegcn.{name} must lie in [0, 1), got {m!r}")
         if not self.stale and (self.feature_momentum, self.gradient_momentum) != (None, None):
             raise ValueError("pipegcn momenta smooth stale halos: they need stale = true")
-        if self.quantize is not None and self.quantize not in (2, 4, 8, 32):
-            raise ValueError(
-                f"pipegcn.quantize must be none, 2, 4, 8 or 32 (bits), got {self.quantize!r}"
-            )
+        _check_quantize("pipegcn", self.quantize)
 
     def label(self) -> str:
-        bits = "" if self.quantize is None else f"-q{self.quantize}"
+        bits = _quantize_label(self.quantize)
         if not self.stale:
             return "pipegcn-sync" + bits
         tag = ""
@@ -299,20 +296,40 @@ class PipeGCN(Method):
         )
 
 
+def _check_quantize(method: str, bits) -> None:
+    if bits is not None and bits not in (2, 4, 8, 32):
+        raise ValueError(f"{method}.quantize must be none, 2, 4, 8 or 32 (bits), got {bits!r}")
+
+
+def _quantize_label(bits) -> str:
+    return "" if bits is None else f"-q{bits}"
+
+
 @dataclasses.dataclass(frozen=True)
 class CAGNET(Method):
-    """1D block-row training: every block broadcast every epoch (CAGNET's 1D algorithm)."""
+    """1D block-row training: every block broadcast every epoch (CAGNET's 1D algorithm).
+
+    Attributes:
+      quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks and the backward
+        gradient sums travel stochastically quantized at that width
+        (:mod:`jaxgraph.comm.qbroadcast`); ``32``: the same byte path, exact.
+    """
+
+    quantize: int | None = None
 
     key: ClassVar[str] = "cagnet"
     layout: ClassVar[str] = "block"
 
+    def __post_init__(self):
+        _check_quantize("cagnet", self.quantize)
+
     def label(self) -> str:
-        return "cagnet"
+        return "cagnet" + _quantize_label(self.quantize)
 
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
         from jaxgraph.comm.stale import CAGNET as CAGNETExchange
 
-        return CAGNETExchange()
+        return CAGNETExchange(quantize=self.quantize)
 
 
 _POLICY_LETTER = {"epoch": "e", "adaptive": "a", "gap": "h"}
@@ -328,13 +345,23 @@ class Sancus(Method):
         the last broadcast exceeds ``bound``).
       bound: Δ; whole epochs for ``epoch``/``adaptive``; ``math.inf`` never re-broadcasts.
       warmup: epochs ``1..warmup`` broadcast every block.
-      clip: local gradient clipping threshold (global norm per device), or ``None``.
+      clip: local gradient clipping threshold ``th`` (an L2 norm of ``sqrt(P) th`` per
+        device), or ``None``.
+      clip_at: what is clipped: ``"parameters"`` (each device's parameter-gradient partial
+        before the all-reduce) or ``"embeddings"`` (Algorithm 1, line 22: the
+        embedding-gradient message each device sends at every layer after the first); see
+        :mod:`jaxgraph.comm.stale`.
+      quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks of the layers after
+        the first and the backward gradient sums travel stochastically quantized, and the
+        caches hold what the receivers decoded; ``32``: the same byte path, exact.
     """
 
     policy: Literal["epoch", "adaptive", "gap"] = "epoch"
     bound: float = 1
     warmup: int = 50
     clip: float | None = None
+    clip_at: Literal["parameters", "embeddings"] = "parameters"
+    quantize: int | None = None
 
     key: ClassVar[str] = "sancus"
     layout: ClassVar[str] = "block"
@@ -357,21 +384,32 @@ class Sancus(Method):
             isinstance(self.clip, int | float) and 0 < self.clip < math.inf
         ):
             raise ValueError(f"sancus.clip must be a positive number or none, got {self.clip!r}")
+        if self.clip_at not in ("parameters", "embeddings"):
+            raise ValueError(
+                f"sancus.clip_at must be one of ('parameters', 'embeddings'), got {self.clip_at!r}"
+            )
+        if self.clip_at != "parameters" and self.clip is None:
+            raise ValueError("sancus.clip_at applies only with a clipping threshold (sancus.clip)")
+        _check_quantize("sancus", self.quantize)
 
     def label(self) -> str:
         text = f"sancus-{_POLICY_LETTER[self.policy]}{_number(self.bound)}"
         if self.warmup != 50:
             text += f"-w{self.warmup}"
         if self.clip is not None:
-            text += f"-clip{_number(self.clip)}"
-        return text
+            prefix = "e" if self.clip_at == "embeddings" else ""
+            text += f"-{prefix}clip{_number(self.clip)}"
+        return text + _quantize_label(self.quantize)
 
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
         from jaxgraph.comm.stale import Sancus as SancusExchange
         from jaxgraph.comm.stale import StalenessPolicy
 
         policy = StalenessPolicy(self.policy, self.bound, self.warmup)
-        return SancusExchange(policy, local_grad_clip=self.clip)
+        clip = {
+            "embedding_grad_clip" if self.clip_at == "embeddings" else "local_grad_clip": self.clip
+        }
+        return SancusExchange(policy, quantize=self.quantize, **clip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,7 +460,8 @@ METHOD_TYPES: dict[str, type[Method]] = {
 # Examples of the short spellings (the command line's --method choices in its help).
 METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
 METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync", "pipegcn-q4")
-METHODS += ("cagnet", "sancus-e1", "sancus-a1", "sancus-h0.04", "skipg")
+METHODS += ("cagnet", "cagnet-q4", "sancus-e1", "sancus-a1", "sancus-h0.04", "sancus-e1-q4")
+METHODS += ("skipg",)
 
 
 def _number(x: float) -> str:
@@ -450,17 +489,19 @@ _GRAMMAR = [
             )
         ),
     ),
-    (re.compile(r"^cagnet$"), lambda g: CAGNET()),
+    (re.compile(r"^cagnet(?:-q(?P<q>2|4|8|32))?$"), lambda g: CAGNET(_bits(g["q"]))),
     (
         re.compile(
             rf"^sancus-(?P<kind>[eah])(?P<bound>{_NUM})(?:-w(?P<warmup>\d+))?"
-            rf"(?:-clip(?P<clip>\d+(?:\.\d+)?))?$"
+            rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32))?$"
         ),
         lambda g: Sancus(
             {"e": "epoch", "a": "adaptive", "h": "gap"}[g["kind"]],
             float(g["bound"]),
             50 if g["warmup"] is None else int(g["warmup"]),
             None if g["clip"] is None else float(g["clip"]),
+            "embeddings" if g["at"] else "parameters",
+            _bits(g["q"]),
         ),
     ),
     (
@@ -488,10 +529,11 @@ def parse_method(text: str) -> Method:
 
     ``vanilla``; ``quant-<2|4|8|32|random>``; ``adaqp``; ``pipegcn``, ``pipegcn-sync``,
     ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8`` sets it), each with an optional
-    ``-q<2|4|8|32>`` (quantized halos); ``cagnet``;
-    ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>]`` (``e``: epochs, ``a``: adaptive,
-    ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no clipping by
-    default), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``; ``skipg[-<Δ>][-w<warmup>]``.
+    ``-q<2|4|8|32>`` (quantized halos); ``cagnet[-q<2|4|8|32>]`` (quantized broadcasts);
+    ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>|-eclip<threshold>][-q<bits>]`` (``e``: epochs,
+    ``a``: adaptive, ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no
+    clipping by default; ``-clip`` clips parameter gradients, ``-eclip`` the embedding-gradient
+    messages), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``; ``skipg[-<Δ>][-w<warmup>]``.
 
     Raises:
       ValueError: for any other text (the message lists the forms).
@@ -504,7 +546,8 @@ def parse_method(text: str) -> Method:
             return make(g)
     raise ValueError(
         f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>, adaqp, "
-        "pipegcn[-sync|-f|-g|-fg][-q<bits>], cagnet, sancus-<e|a|h><bound>[-w<warmup>][-clip<th>] "
+        "pipegcn[-sync|-f|-g|-fg][-q<bits>], cagnet[-q<bits>], "
+        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
         "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>]"
     )
 

@@ -39,7 +39,7 @@ from jaxgraph.train import (
 )
 from jaxgraph.train.checkpoint import read_leaves
 
-from dense_stale import halo_gradient, stale_gcn
+from dense_stale import halo_gradient, split_adjacency, stale_gcn
 from graph_cases import ALL_CASES, random_graph
 from harness import setup_training
 
@@ -189,6 +189,83 @@ def test_skipg_skipped_reductions_reuse_the_cached_gradient_and_move_nothing():
         layer1 = jax.device_get(state.comm_state[1])
         np.testing.assert_allclose(plan.unshard_nodes(layer1["grad"]), cached, rtol=RTOL, atol=ATOL)
         assert np.all(layer1["sent_version"] == (epoch if reduced else epoch - 1))
+
+
+def test_sancus_reading_cached_blocks_equals_the_dense_stale_oracle():
+    """Δ_E = 1 after a one-epoch warm-up, no dropout: layer 1 broadcasts at epochs 1 and 3
+    and reads those cached blocks at epochs 2 and 4. Every epoch's loss and gradients equal
+    the dense model whose cross-part rows of ``H_1`` are the cached ones, with the gradient of
+    those rows, ``Â_crossᵀ dZ_1``, delivered to the owners' current rows; the receivers'
+    caches hold the dense ``H_1`` of the broadcasting epoch."""
+    num_parts = 4
+    strategy = Sancus(StalenessPolicy("epoch", 1, warmup=1))
+    plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
+    parts, cached = plan.parts, None
+    for epoch in range(1, 5):
+        params = jax.device_get(state.params)
+        fresh_loss, (_, h1), _, _ = stale_gcn(params, GRAPH, parts)
+        if epoch % 2 == 1:
+            cached = h1
+        halo = (None, cached)
+        ref_loss, _, _, dz1 = stale_gcn(params, GRAPH, parts, halo=halo)
+        inject = halo_gradient(GRAPH, parts, dz1)
+        _, _, ref_grads, _ = stale_gcn(params, GRAPH, parts, halo=halo, inject=inject)
+        if epoch % 2 == 0:  # the stale rows change the result: the comparison has teeth
+            tolerance = ATOL + RTOL * abs(float(ref_loss))
+            assert abs(float(fresh_loss) - float(ref_loss)) > 10 * tolerance
+        loss, grads = trainer.loss_and_grads(state, shards)
+        np.testing.assert_allclose(float(loss), float(ref_loss), rtol=RTOL, atol=ATOL)
+        _assert_tree_close(grads, ref_grads)
+        state, metrics = trainer.train_step(state, shards)
+        np.testing.assert_allclose(float(metrics["loss"]), float(ref_loss), rtol=RTOL, atol=ATOL)
+        layer1 = jax.device_get(state.comm_state[1])
+        np.testing.assert_allclose(
+            plan.unshard_nodes(layer1["last_sent"]), cached, rtol=RTOL, atol=ATOL
+        )
+        _check_consistent(state.comm_state, num_parts)
+
+
+def test_embedding_gradient_clipping_clips_each_devices_message():
+    """Algorithm 1, line 22: at layer 1 each device's backward message (its gradient of every
+    block it read, ``Â_dᵀ dZ_1`` over its rows) is scaled to L2 norm at most ``sqrt(P) th``
+    before it reaches the owners; the owners' diagonal terms are untouched. The threshold
+    clips the larger half of the four messages only; a threshold no message reaches changes
+    nothing, bit for bit."""
+    num_parts = 4
+    policy = StalenessPolicy("epoch", 0, warmup=0)  # never stale: clipping is the only change
+    plan, trainer, shards, state = _setup(Sancus(policy), GRAPH, num_parts)
+    params = jax.device_get(state.params)
+    _, _, _, dz1 = stale_gcn(params, GRAPH, plan.parts)
+    _, a_cross = split_adjacency(GRAPH, plan.parts)
+    messages = [
+        np.asarray(a_cross).T @ np.where((plan.parts == d)[:, None], np.asarray(dz1), 0.0)
+        for d in range(num_parts)
+    ]
+    norms = [float(np.linalg.norm(m)) for m in messages]
+    limit = float(np.median(norms))  # sqrt(P) th
+    assert min(norms) < limit < max(norms)
+    inject = sum(m * min(1.0, limit / n) for m, n in zip(messages, norms, strict=True))
+    ref_loss, _, ref_grads, _ = stale_gcn(params, GRAPH, plan.parts, inject=inject)
+    _, _, full_grads, _ = stale_gcn(params, GRAPH, plan.parts, inject=sum(messages))
+    unclipped = jax.device_get(trainer.loss_and_grads(state, shards)[1])
+    _assert_tree_close(unclipped, full_grads)
+    # Layer 0's weights see the clipped messages: here by about 9 % of their largest entry.
+    full, clipped = full_grads["conv0"]["kernel"], ref_grads["conv0"]["kernel"]
+    assert np.abs(clipped - full).max() > 0.05 * np.abs(full).max()
+
+    clip = Sancus(policy, embedding_grad_clip=limit / math.sqrt(num_parts))
+    _, trainer, shards, state = _setup(clip, GRAPH, num_parts)
+    loss, grads = trainer.loss_and_grads(state, shards)
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=RTOL, atol=ATOL)
+    _assert_tree_close(grads, ref_grads)
+
+    _, trainer, shards, state = _setup(Sancus(policy, embedding_grad_clip=1e30), GRAPH, num_parts)
+    for a, b in zip(
+        jax.tree.leaves(jax.device_get(trainer.loss_and_grads(state, shards)[1])),
+        jax.tree.leaves(unclipped),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
 
 
 def _check_consistent(comm_state, num_parts):

@@ -35,9 +35,12 @@ SPELLINGS = {
     "pipegcn-fg": PipeGCN(feature_momentum=0.95, gradient_momentum=0.95),
     "pipegcn-f0.9g0.8": PipeGCN(feature_momentum=0.9, gradient_momentum=0.8),
     "cagnet": CAGNET(),
+    "cagnet-q4": CAGNET(4),
     "sancus-e1": Sancus("epoch", 1),
     "sancus-a2-w10": Sancus("adaptive", 2, warmup=10),
     "sancus-h0.04-w20-clip1.5": Sancus("gap", 0.04, warmup=20, clip=1.5),
+    "sancus-e1-eclip2": Sancus("epoch", 1, clip=2.0, clip_at="embeddings"),
+    "sancus-a2-w10-clip1-q8": Sancus("adaptive", 2, warmup=10, clip=1.0, quantize=8),
     "sancus-einf": Sancus("epoch", math.inf),
     "skipg": SkipG(),
     "skipg-2-w20": SkipG(2, 20),
@@ -90,7 +93,17 @@ def test_a_whole_epoch_bound_is_checked():
         (lambda: Sancus(bound=-1), "sancus.bound must be a number >= 0"),
         (lambda: Sancus(warmup=-2), "sancus.warmup must be an integer >= 0, got -2"),
         (lambda: Sancus(clip=0.0), "sancus.clip must be a positive number or none, got 0.0"),
+        (
+            lambda: Sancus(clip=1.0, clip_at="weights"),
+            "sancus.clip_at must be one of ('parameters', 'embeddings'), got 'weights'",
+        ),
+        (
+            lambda: Sancus(clip_at="embeddings"),
+            "sancus.clip_at applies only with a clipping threshold (sancus.clip)",
+        ),
         (lambda: SkipG(1.5), "skipg.bound must be whole epochs >= 0"),
+        (lambda: CAGNET(quantize=3), "cagnet.quantize must be none, 2, 4, 8 or 32 (bits), got 3"),
+        (lambda: Sancus(quantize=16), "sancus.quantize must be none, 2, 4, 8 or 32 (bits)"),
     ],
 )
 def test_fields_are_validated_with_their_names(make, message):
@@ -154,7 +167,10 @@ def test_a_method_builds_the_strategy_it_describes():
     assert (rand.bits, rand.widths, rand.period, rand.chunks) == ("random", (2, 4), 7, 1)
     sancus = make_strategy("sancus-h0.04-w20-clip1.5", epochs=50)
     assert (sancus.policy.kind, sancus.policy.bound, sancus.policy.warmup) == ("gap", 0.04, 20)
-    assert sancus.local_grad_clip == 1.5
+    assert sancus.local_grad_clip == 1.5 and sancus.embedding_grad_clip is None
+    sancus = make_strategy("sancus-e1-eclip2", epochs=50)
+    assert sancus.local_grad_clip is None and sancus.embedding_grad_clip == 2.0
+    assert sancus.name == "sancus-e1-w50-eclip2"
     assert make_strategy("pipegcn-g").gradient_momentum == 0.95
     assert make_strategy("skipg-2").layout == "block" and make_strategy("adaqp").layout == "halo"
 
@@ -195,5 +211,6 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
         PipeGCN(quantize=3)
     with pytest.raises(ValueError, match="unknown method 'pipegcn-q3'"):
         parse_method("pipegcn-q3")
-    assert main(["train", "--dataset", "nope", "--method", "cagnet", "--quantize", "4"]) == 2
-    assert "--quantize applies to --method pipegcn only, not 'cagnet'" in capsys.readouterr().err
+    assert main(["train", "--dataset", "nope", "--method", "skipg", "--quantize", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--quantize applies to --method pipegcn or cagnet or sancus only, not 'skipg'" in err

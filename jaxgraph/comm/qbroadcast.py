@@ -1,0 +1,230 @@
+"""Quantized block broadcasts for the 1D block-row layout (CAGNET, Sancus).
+
+The broadcast trees of :mod:`jaxgraph.comm.broadcast` carry stochastically quantized blocks
+here, with the kernels and wire format of the halo exchange (:mod:`jaxgraph.comm.quantized`):
+per block, the packed ``b``-bit codes followed by each row's fp32 ``(scale, lo)``
+(:func:`encode_block`; ``b = 32`` sends the fp32 rows' bytes, exactly).
+
+**Forward.** The owner encodes its block once, with its own key, and the encoded bytes travel
+down the binomial tree unchanged; every receiver decodes the same bytes, so all receivers
+(and the owner, which decodes its own encoding) hold the same block. A broadcast sends one
+encoding to every receiver, so its width is the owner's, per block and layer.
+
+**Backward.** The gradient partials ``Â_ijᵀ G_i`` of block ``j`` are summed along the
+reversed tree, as in :func:`~jaxgraph.comm.broadcast.reduce_to_source`; here every hop sends
+its running partial sum encoded at the gradient width (fresh noise per device, source and
+round). Stochastic rounding is unbiased (``E[x̂] = x`` per element), so each hop's decoded
+sum is an unbiased estimate of the exact one and the owner's total is unbiased too; its
+variance is the sum of the hops' quantization variances. The gradient through the forward
+quantization is the identity (the straight-through estimator of the halo exchange).
+
+Bytes: one block of ``B`` rows of width ``F`` at ``b`` bits is :func:`block_bytes`
+(``wire_bytes(B, F, b)``); a broadcast or a reduction moves ``(P - 1)`` of them over the mesh.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgraph.comm.broadcast import (
+    broadcast_forward,
+    halo_sources,
+    tree_perm,
+    tree_rounds,
+    tree_sends,
+)
+from jaxgraph.comm.quantized import wire_bytes
+from pallas_kernels.quantize import dequantize, packed_rows, quantize
+
+BROADCAST_WIDTHS = (2, 4, 8, 32)
+
+
+def check_bits(bits: int, what: str = "bits") -> int:
+    if bits not in BROADCAST_WIDTHS:
+        raise ValueError(f"{what} must be 2, 4, 8 or 32, got {bits!r}")
+    return int(bits)
+
+
+def block_bytes(rows: int, dim: int, bits: int) -> int:
+    """Bytes of one encoded ``[rows, dim]`` block at ``bits`` (codes and row parameters)."""
+    return wire_bytes(rows, dim, bits)
+
+
+def _bytes_of(x: jax.Array) -> jax.Array:
+    return jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint8).reshape(-1)
+
+
+def encode_block(x: jax.Array, bits: int, key: jax.Array) -> jax.Array:
+    """``x`` on the wire: ``uint8[block_bytes(B, F, bits)]``.
+
+    At 2, 4 or 8 bits the packed codes of :func:`pallas_kernels.quantize.quantize` (``key``
+    draws the rounding noise), then each row's fp32 ``scale`` and ``lo``; at 32 bits the fp32
+    rows' bytes.
+
+    Shapes:
+      ``x: f32[B, F]`` -> ``uint8[L]``.
+    """
+    if bits == 32:
+        return _bytes_of(x)
+    packed, scale, lo = quantize(x.astype(jnp.float32), bits, key)
+    return jnp.concatenate([packed.reshape(-1), _bytes_of(jnp.stack([scale, lo], axis=1))])
+
+
+def decode_block(buf: jax.Array, bits: int, rows: int, dim: int) -> jax.Array:
+    """The rows :func:`encode_block` encoded: ``uint8[L] -> f32[rows, dim]``."""
+    if bits == 32:
+        return jax.lax.bitcast_convert_type(buf.reshape(rows, dim, 4), jnp.float32)
+    code_bytes = packed_rows(rows, bits) * dim
+    codes = buf[:code_bytes].reshape(-1, dim)
+    params = jax.lax.bitcast_convert_type(buf[code_bytes:].reshape(rows, 2, 4), jnp.float32)
+    return dequantize(codes, params[:, 0], params[:, 1], bits, rows)
+
+
+def quantized_reduce_to_source(
+    g: jax.Array, source: int, bits: int, key: jax.Array, *, axis_name: str, num_parts: int
+) -> jax.Array:
+    """:func:`~jaxgraph.comm.broadcast.reduce_to_source` whose every hop sends its running
+    sum encoded at ``bits`` (``key`` already folded with this device's index).
+
+    Shapes:
+      ``g: f32[B, F]`` -> ``f32[B, F]``: an unbiased estimate of ``sum_i g_i`` on the source,
+      zeros elsewhere.
+    """
+    if num_parts == 1:
+        return g
+    rows, dim = g.shape
+    rank = (jax.lax.axis_index(axis_name) - source) % num_parts
+    acc = g
+    for k in reversed(tree_rounds(num_parts)):
+        back = [(dst, src) for src, dst in tree_perm(num_parts, source, k)]
+        wire = encode_block(acc, bits, jax.random.fold_in(key, k))
+        recv = decode_block(jax.lax.ppermute(wire, axis_name, back), bits, rows, dim)
+        acc = jnp.where((rank < k) & (rank + k < num_parts), acc + recv, acc)
+    return jnp.where(rank == 0, acc, jnp.zeros_like(acc))
+
+
+def quantized_reduce_halo_to_owners(
+    g_halo: jax.Array, bits: int, key: jax.Array, *, axis_name: str, num_parts: int
+) -> jax.Array:
+    """Each halo slot's gradient summed over devices by :func:`quantized_reduce_to_source` and
+    delivered to the block's owner. ``[P-1, B, F]`` (halo order) -> ``[B, F]``."""
+    i = jax.lax.axis_index(axis_name)
+    b, f = g_halo.shape[1:]
+    key = jax.random.fold_in(key, i)
+    padded = jnp.concatenate([jnp.zeros((1, b, f), g_halo.dtype), g_halo])  # source order
+    dh = jnp.zeros((b, f), g_halo.dtype)
+    for j in range(num_parts):
+        g_j = jax.lax.dynamic_index_in_dim(padded, (i - j) % num_parts, keepdims=False)
+        dh = dh + quantized_reduce_to_source(
+            g_j, j, bits, jax.random.fold_in(key, j), axis_name=axis_name, num_parts=num_parts
+        )
+    return dh
+
+
+def quantized_blocks(
+    h_local: jax.Array,
+    cache: jax.Array | None,
+    active: jax.Array | None,
+    key: jax.Array,
+    *,
+    bits: int,
+    grad_bits: int,
+    axis_name: str,
+    num_parts: int,
+) -> tuple[jax.Array, jax.Array]:
+    """The other blocks, broadcast quantized (fresh from active owners, cached otherwise), and
+    this device's own block as every receiver decodes it.
+
+    Forward: the owner encodes its block once (key ``fold_in(key, i)``); for each source ``j``
+    a ``lax.cond`` on ``active[j]`` (device-invariant) broadcasts and decodes block ``j`` or
+    reads the cache; ``active=None`` broadcasts every block (CAGNET). Backward: every halo
+    slot's gradient returns to its owner by :func:`quantized_reduce_halo_to_owners` at
+    ``grad_bits``, whether the slot was fresh or cached (Sancus's backward always travels);
+    the forward quantization passes gradients unchanged. The cache and the decoded own block
+    get no gradient.
+
+    Shapes:
+      ``h_local: f32[B, F]``, ``cache: f32[P-1, B, F]`` or ``None``, ``active: bool[P]`` or
+      ``None`` -> ``(halo f32[P-1, B, F], own f32[B, F])``.
+    """
+    if cache is None:
+        cache = jnp.zeros((num_parts - 1,) + h_local.shape, h_local.dtype)
+    return _quantized_blocks(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts)
+
+
+def _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts):
+    i = jax.lax.axis_index(axis_name)
+    rows, dim = h_local.shape
+    wire = encode_block(h_local, bits, jax.random.fold_in(key, i))
+    own = decode_block(wire, bits, rows, dim)
+    kw = dict(axis_name=axis_name, num_parts=num_parts)
+
+    def fresh(wire, cache, j):
+        return decode_block(broadcast_forward(wire, j, **kw), bits, rows, dim)
+
+    blocks = []
+    for j in range(num_parts):
+        if active is None:
+            blocks.append(fresh(wire, cache, j))
+            continue
+        slot = jnp.maximum((i - j) % num_parts - 1, 0)
+        blocks.append(
+            jax.lax.cond(
+                active[j],
+                functools.partial(fresh, j=j),
+                lambda w, c, slot=slot: jax.lax.dynamic_index_in_dim(c, slot, keepdims=False),
+                wire,
+                cache,
+            )
+        )
+    halo = jnp.take(jnp.stack(blocks), halo_sources(i, num_parts), axis=0)
+    return halo.astype(h_local.dtype), own.astype(h_local.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _quantized_blocks(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts):
+    return _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts)
+
+
+def _blocks_fwd(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts):
+    out = _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts)
+    return out, key
+
+
+def _blocks_bwd(bits, grad_bits, axis_name, num_parts, key, cotangents):
+    del bits
+    g_halo, _ = cotangents
+    back = jax.random.fold_in(key, 1 << 20)  # distinct from the forward's per-device keys
+    dh = quantized_reduce_halo_to_owners(
+        g_halo, grad_bits, back, axis_name=axis_name, num_parts=num_parts
+    )
+    return dh, None, None, None
+
+
+_quantized_blocks.defvjp(_blocks_fwd, _blocks_bwd)
+
+
+def quantized_broadcast_bytes(
+    rows: int, dim: int, num_parts: int, bits: int
+) -> tuple[np.ndarray, int]:
+    """``(per_rank, total)`` as :func:`~jaxgraph.comm.broadcast.broadcast_bytes`, for one
+    block encoded at ``bits``."""
+    block = block_bytes(rows, dim, bits)
+    return tree_sends(num_parts).astype(np.int64) * block, (num_parts - 1) * block
+
+
+__all__ = [
+    "BROADCAST_WIDTHS",
+    "block_bytes",
+    "check_bits",
+    "decode_block",
+    "encode_block",
+    "quantized_blocks",
+    "quantized_broadcast_bytes",
+    "quantized_reduce_halo_to_owners",
+    "quantized_reduce_to_source",
+]
