@@ -100,7 +100,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
         "quant-random, adaqp (adaptive bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>], "
         "cagnet[-q<bits>], sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>], "
-        "skipg[-<bound>][-w<warmup>]",
+        "skipg[-<bound>][-w<warmup>][-q<bits>]",
     )
     tp.add_argument(
         "--assign-period", type=int, help="epochs per bit assignment (default epochs/5)"
@@ -151,7 +151,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--quantize",
         type=int,
         choices=[2, 4, 8, 32],
-        help="pipegcn, cagnet, sancus: send the halo rows or broadcast blocks, and the "
+        help="pipegcn, cagnet, sancus, skipg: send the halo rows or broadcast blocks, and the "
         "gradients, stochastically quantized at this many bits (32: the same path, exact)",
     )
     tp.add_argument(
@@ -376,6 +376,7 @@ _FIELD_FLAGS = {
     "pipegcn.quantize": "--quantize",
     "cagnet.quantize": "--quantize",
     "sancus.quantize": "--quantize",
+    "skipg.quantize": "--quantize",
 }
 
 

@@ -108,21 +108,43 @@ def quantized_reduce_to_source(
 
 
 def quantized_reduce_halo_to_owners(
-    g_halo: jax.Array, bits: int, key: jax.Array, *, axis_name: str, num_parts: int
+    g_halo: jax.Array,
+    bits: int,
+    key: jax.Array,
+    *,
+    axis_name: str,
+    num_parts: int,
+    active: jax.Array | None = None,
 ) -> jax.Array:
     """Each halo slot's gradient summed over devices by :func:`quantized_reduce_to_source` and
-    delivered to the block's owner. ``[P-1, B, F]`` (halo order) -> ``[B, F]``."""
+    delivered to the block's owner. ``active`` (``bool[P]``, device-invariant) gates the
+    trees as in :func:`~jaxgraph.comm.broadcast.reduce_halo_to_owners`.
+    ``[P-1, B, F]`` (halo order) -> ``[B, F]``."""
     i = jax.lax.axis_index(axis_name)
     b, f = g_halo.shape[1:]
     key = jax.random.fold_in(key, i)
     padded = jnp.concatenate([jnp.zeros((1, b, f), g_halo.dtype), g_halo])  # source order
     dh = jnp.zeros((b, f), g_halo.dtype)
+    kw = dict(axis_name=axis_name, num_parts=num_parts)
     for j in range(num_parts):
         g_j = jax.lax.dynamic_index_in_dim(padded, (i - j) % num_parts, keepdims=False)
-        dh = dh + quantized_reduce_to_source(
-            g_j, j, bits, jax.random.fold_in(key, j), axis_name=axis_name, num_parts=num_parts
+        reduce = functools.partial(
+            quantized_reduce_to_source, source=j, bits=bits, key=jax.random.fold_in(key, j), **kw
         )
+        if active is None:
+            dh = dh + reduce(g_j)
+        else:
+            dh = dh + jax.lax.cond(active[j], reduce, jnp.zeros_like, g_j)
     return dh
+
+
+def quantized_all_blocks(
+    h_local: jax.Array, bits: int, key: jax.Array, *, axis_name: str, num_parts: int
+) -> jax.Array:
+    """Every other block, broadcast encoded at ``bits`` (owner key ``fold_in(key, i)``), with
+    no gradient rule of its own. ``[B, F] -> [P-1, B, F]`` (halo order)."""
+    halo, _ = _blocks_forward(h_local, None, None, key, bits, axis_name, num_parts)
+    return halo
 
 
 def quantized_blocks(
@@ -223,6 +245,7 @@ __all__ = [
     "check_bits",
     "decode_block",
     "encode_block",
+    "quantized_all_blocks",
     "quantized_blocks",
     "quantized_broadcast_bytes",
     "quantized_reduce_halo_to_owners",

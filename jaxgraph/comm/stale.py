@@ -74,7 +74,8 @@ reduction tree (all devices' partials of one block, as one broadcast is the unit
 In this synchronous program every block shares one schedule. A skipped reduction moves 0
 bytes; the schedule table is a ``psum`` of ``int32[P, 2]`` per layer (:func:`table_bytes`).
 
-**Quantized broadcasts** (``quantize=b`` on :class:`CAGNET` and :class:`Sancus`; the wire
+**Quantized broadcasts** (``quantize=b`` on :class:`CAGNET`, :class:`Sancus` and
+:class:`SkipG`, whose cached gradient is then the decoded sum; the wire
 format and the unbiasedness argument in :mod:`jaxgraph.comm.qbroadcast`): an owner encodes
 its block once and the encoded bytes travel down the tree; every receiver, and the owner,
 decodes the same bytes. Sancus caches what the receivers decoded: ``last_sent`` is the
@@ -124,7 +125,14 @@ from jaxgraph.comm.broadcast import (
     reduce_halo_to_owners,
     skip_broadcast_blocks,
 )
-from jaxgraph.comm.qbroadcast import check_bits, quantized_blocks, quantized_broadcast_bytes
+from jaxgraph.comm.qbroadcast import (
+    block_bytes,
+    check_bits,
+    quantized_all_blocks,
+    quantized_blocks,
+    quantized_broadcast_bytes,
+    quantized_reduce_halo_to_owners,
+)
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.partition.halo import HaloPlan
 from jaxgraph.partition.shard import GraphShard
@@ -510,14 +518,18 @@ class Sancus(CommStrategy):
         return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
 
 
-def _gradient_skip_exchange(h_local, probe, cached, active, *, axis_name, num_parts):
+def _gradient_skip_exchange(
+    h_local, probe, cached, active, key=None, *, axis_name, num_parts, bits=None, grad_bits=None
+):
     """CAGNET's forward with SkipG's backward: each block's gradient reduce runs only when
     its owner is ``active``; otherwise the owner reuses ``cached``, its last reduced sum.
 
-    Forward: every block is broadcast (halo order). Backward: for each source ``j`` a
-    ``lax.cond`` on ``active[j]`` (identical on every device) runs the reduction tree of block
-    ``j`` or nothing; this device's cotangent is the fresh sum when its own block is active and
-    ``cached`` otherwise, and ``probe`` receives the same value (the new cache).
+    Forward: every block is broadcast (halo order), encoded at ``bits`` when given
+    (:mod:`jaxgraph.comm.qbroadcast`). Backward: for each source ``j`` a ``lax.cond`` on
+    ``active[j]`` (identical on every device) runs the reduction tree of block ``j`` (every hop
+    quantized at ``grad_bits`` when given) or nothing; this device's cotangent is the fresh sum
+    when its own block is active and ``cached`` otherwise, and ``probe`` receives the same value
+    (the new cache).
 
     Shapes:
       ``h_local, probe, cached: [B, F]``, ``active: bool[P]`` -> ``[P-1, B, F]``.
@@ -525,24 +537,30 @@ def _gradient_skip_exchange(h_local, probe, cached, active, *, axis_name, num_pa
     kw = dict(axis_name=axis_name, num_parts=num_parts)
 
     @jax.custom_vjp
-    def exchange(h_local, probe, cached, active):
+    def exchange(h_local, probe, cached, active, key):
         del probe, cached, active
+        if bits is not None:
+            return quantized_all_blocks(h_local, bits, key, **kw)
         i = jax.lax.axis_index(axis_name)
         blocks = jnp.stack([broadcast_forward(h_local, j, **kw) for j in range(num_parts)])
         return jnp.take(blocks, halo_sources(i, num_parts), axis=0)  # [P-1, B, F]
 
-    def fwd(h_local, probe, cached, active):
-        return exchange(h_local, probe, cached, active), (cached, active)
+    def fwd(h_local, probe, cached, active, key):
+        return exchange(h_local, probe, cached, active, key), (cached, active, key)
 
     def bwd(res, g_halo):
-        cached, active = res
+        cached, active, key = res
         i = jax.lax.axis_index(axis_name)
-        dh = reduce_halo_to_owners(g_halo, active=active, **kw)
+        if grad_bits is None:
+            dh = reduce_halo_to_owners(g_halo, active=active, **kw)
+        else:
+            back = jax.random.fold_in(key, 1 << 20)
+            dh = quantized_reduce_halo_to_owners(g_halo, grad_bits, back, active=active, **kw)
         dh = jnp.where(active[i], dh, cached)
-        return dh, dh, None, None
+        return dh, dh, None, None, None
 
     exchange.defvjp(fwd, bwd)
-    return exchange(h_local, probe, cached, active)
+    return exchange(h_local, probe, cached, active, key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,10 +585,17 @@ class SkipG(CommStrategy):
     Args:
       bound: Δ, whole epochs (``math.inf``: never reduce again after the warm-up).
       warmup: epochs ``1..warmup`` reduce every block.
+      quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8`` broadcasts them, and
+        runs the reductions that are not skipped, stochastically quantized
+        (:mod:`jaxgraph.comm.qbroadcast`); the cached gradient is the decoded sum. ``32``
+        takes the same byte path with exact rows.
+      quantize_grad: the width of the backward reductions (default: ``quantize``).
     """
 
     bound: float = 1
     warmup: int = 50
+    quantize: int | None = None
+    quantize_grad: int | None = None
 
     layout: ClassVar[str] = "block"
 
@@ -578,11 +603,12 @@ class SkipG(CommStrategy):
         StalenessPolicy("epoch", self.bound, self.warmup)  # validates
         if not math.isinf(self.bound) and self.bound != int(self.bound):
             raise ValueError(f"the SkipG bound must be a whole number of epochs, got {self.bound}")
+        _check_quantize(self)
 
     @property
     def name(self) -> str:
         bound = "inf" if math.isinf(self.bound) else f"{int(self.bound)}"
-        return f"skipg-{bound}-w{self.warmup}"
+        return f"skipg-{bound}-w{self.warmup}" + _quantize_suffix(self)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "SkipG")
@@ -601,14 +627,27 @@ class SkipG(CommStrategy):
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
-        del key
         p = num_parts
         b, f = h_local.shape
         st = comm_state[layer]
         count = st["count"] + 1
-        _, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
+        quantized = self.quantize is not None and p > 1
+        if quantized:
+            if key is None:
+                raise ValueError("a quantized broadcast needs a PRNG key")
+            bits, grad_bits = _widths(self)
+            _, total = quantized_broadcast_bytes(b, f, p, bits)
+            block = block_bytes(b, f, grad_bits)
+        else:
+            bits = grad_bits = None
+            _, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
+            block = b * f * h_local.dtype.itemsize
         if p == 1 or probe is None:  # layer 0: CAGNET's forward, no backward
-            halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=p)
+            if quantized:
+                kw = dict(axis_name=axis_name, num_parts=p)
+                halo = quantized_all_blocks(h_local, bits, key, **kw).reshape(-1, f)
+            else:
+                halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=p)
             new = {**st, "count": count}
             return halo, _replace_layer(comm_state, layer, new), jnp.float32(total)
         i = jax.lax.axis_index(axis_name)
@@ -618,7 +657,15 @@ class SkipG(CommStrategy):
         policy = StalenessPolicy("epoch", self.bound, self.warmup)
         active = decide(policy, epoch=epoch, sent_version=table[:, 1], tags=None, gap=None)
         halo = _gradient_skip_exchange(
-            h_local, probe, st["grad"], active, axis_name=axis_name, num_parts=p
+            h_local,
+            probe,
+            st["grad"],
+            active,
+            key,
+            axis_name=axis_name,
+            num_parts=p,
+            bits=bits,
+            grad_bits=grad_bits,
         )
         new = {
             **st,
@@ -626,7 +673,6 @@ class SkipG(CommStrategy):
             "count": count,
         }
         # Backward: every non-source device sends one block per executed reduction tree.
-        block = b * f * h_local.dtype.itemsize
         backward = jnp.sum(jnp.where(active & (jnp.arange(p) != i), block, 0)).astype(jnp.float32)
         nbytes = jnp.float32(total + table_bytes(p, 2)) + backward
         return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes

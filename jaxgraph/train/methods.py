@@ -420,10 +420,13 @@ class SkipG(Method):
     Attributes:
       bound: Δ, whole epochs (``math.inf``: never again after the warm-up).
       warmup: epochs ``1..warmup`` reduce every block.
+      quantize: ``None`` (fp32), or ``2``, ``4``, ``8``: the broadcasts and the reductions
+        that run travel stochastically quantized; ``32``: the same byte path, exact.
     """
 
     bound: float = 1
     warmup: int = 50
+    quantize: int | None = None
 
     key: ClassVar[str] = "skipg"
     layout: ClassVar[str] = "block"
@@ -438,6 +441,7 @@ class SkipG(Method):
         ):
             raise ValueError(f"skipg.bound must be whole epochs >= 0 (or inf), got {self.bound!r}")
         _check_int("skipg.warmup", self.warmup, 0)
+        _check_quantize("skipg", self.quantize)
 
     def label(self) -> str:
         text = "skipg"
@@ -445,12 +449,12 @@ class SkipG(Method):
             text += f"-{_number(self.bound)}"
         if self.warmup != 50:
             text += f"-w{self.warmup}"
-        return text
+        return text + _quantize_label(self.quantize)
 
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
         from jaxgraph.comm.stale import SkipG as SkipGExchange
 
-        return SkipGExchange(self.bound, self.warmup)
+        return SkipGExchange(self.bound, self.warmup, quantize=self.quantize)
 
 
 METHOD_TYPES: dict[str, type[Method]] = {
@@ -505,10 +509,11 @@ _GRAMMAR = [
         ),
     ),
     (
-        re.compile(r"^skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?$"),
+        re.compile(r"^skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?(?:-q(?P<q>2|4|8|32))?$"),
         lambda g: SkipG(
             1 if g["bound"] is None else float(g["bound"]),
             50 if g["warmup"] is None else int(g["warmup"]),
+            _bits(g["q"]),
         ),
     ),
 ]
@@ -533,7 +538,8 @@ def parse_method(text: str) -> Method:
     ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>|-eclip<threshold>][-q<bits>]`` (``e``: epochs,
     ``a``: adaptive, ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no
     clipping by default; ``-clip`` clips parameter gradients, ``-eclip`` the embedding-gradient
-    messages), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``; ``skipg[-<Δ>][-w<warmup>]``.
+    messages), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``;
+    ``skipg[-<Δ>][-w<warmup>][-q<bits>]``.
 
     Raises:
       ValueError: for any other text (the message lists the forms).
@@ -548,7 +554,7 @@ def parse_method(text: str) -> Method:
         f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>, adaqp, "
         "pipegcn[-sync|-f|-g|-fg][-q<bits>], cagnet[-q<bits>], "
         "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
-        "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>]"
+        "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>][-q<bits>]"
     )
 
 

@@ -15,7 +15,14 @@ from jaxgraph.comm.qbroadcast import (
     encode_block,
     quantized_blocks,
 )
-from jaxgraph.comm.stale import CAGNET, Sancus, StalenessPolicy, decision_bytes
+from jaxgraph.comm.stale import (
+    CAGNET,
+    Sancus,
+    SkipG,
+    StalenessPolicy,
+    decision_bytes,
+    table_bytes,
+)
 from jaxgraph.mesh import make_mesh
 from jaxgraph.train.methods import parse_method
 
@@ -38,8 +45,9 @@ def _run(strategy, num_parts, steps=STEPS, dropout=0.0):
     [
         lambda q: CAGNET(quantize=q),
         lambda q: Sancus(StalenessPolicy("epoch", 1, warmup=1), quantize=q),
+        lambda q: SkipG(1, warmup=1, quantize=q),
     ],
-    ids=["cagnet", "sancus"],
+    ids=["cagnet", "sancus", "skipg"],
 )
 @pytest.mark.parametrize(
     "num_parts", [pytest.param(p, marks=pytest.mark.slow) for p in (1, 2, 8)] + [4]
@@ -47,7 +55,7 @@ def _run(strategy, num_parts, steps=STEPS, dropout=0.0):
 def test_quantize_32_trains_as_the_plain_method_bit_for_bit(make, num_parts):
     """At 32 bits the blocks and gradient sums travel as fp32 bytes through the quantized
     path: losses, bytes, parameters and caches equal the plain method's, bit for bit (Sancus
-    reuses cached blocks at epoch 2)."""
+    reuses cached blocks and SkipG its cached gradient sums at epoch 2)."""
     _, plain, ref = _run(make(None), num_parts, dropout=0.5)
     _, state, got = _run(make(32), num_parts, dropout=0.5)
     assert got == ref
@@ -187,6 +195,29 @@ def test_sancus_caches_hold_the_decoded_blocks_and_skips_cost_nothing():
     assert np.abs(decoded - h1).max() > 1e-4
 
 
+def test_quantized_skipg_reuses_its_decoded_sum_and_counts_quantized_bytes():
+    """4-bit SkipG, Δ = 1 after a one-epoch warm-up: reductions at epochs 1 and 3 store the
+    decoded gradient sums, which epochs 2 and 4 reuse unchanged; every epoch broadcasts both
+    layers' blocks at 4 bits, and only reducing epochs add the 4-bit backward blocks."""
+    num_parts, bits = 4, 4
+    plan, trainer, shards, state = _setup(SkipG(1, warmup=1, quantize=bits), GRAPH, num_parts)
+    b, per_layer = plan.num_local_rows, num_parts * (num_parts - 1)
+    forward = per_layer * (block_bytes(b, GRAPH.num_features, bits) + block_bytes(b, HIDDEN, bits))
+    forward += num_parts * table_bytes(num_parts, 2)
+    backward = per_layer * block_bytes(b, HIDDEN, bits)
+    cached = None
+    for epoch in range(1, 5):
+        state, metrics = trainer.train_step(state, shards)
+        reduced = epoch % 2 == 1
+        assert float(metrics["bytes_moved"]) == forward + (backward if reduced else 0)
+        grad = np.asarray(jax.device_get(state.comm_state[1]["grad"]))
+        if reduced:
+            assert cached is None or not np.array_equal(grad, cached)
+            cached = grad
+        else:
+            np.testing.assert_array_equal(grad, cached)
+
+
 def test_spellings_and_widths():
     assert parse_method("cagnet-q4").strategy(epochs=10).quantize == 4
     sancus = parse_method("sancus-h0.04-eclip1-q8").strategy(epochs=10)
@@ -197,3 +228,4 @@ def test_spellings_and_widths():
     with pytest.raises(ValueError, match="quantize_grad needs quantize"):
         CAGNET(quantize_grad=4)
     assert CAGNET(quantize=8, quantize_grad=4).name == "cagnet-q8g4"
+    assert parse_method("skipg-q2").strategy(epochs=10).name == "skipg-1-w50-q2"

@@ -45,6 +45,7 @@ SPELLINGS = {
     "skipg": SkipG(),
     "skipg-2-w20": SkipG(2, 20),
     "skipg-inf": SkipG(math.inf),
+    "skipg-2-w20-q4": SkipG(2, 20, 4),
 }
 
 
@@ -211,6 +212,6 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
         PipeGCN(quantize=3)
     with pytest.raises(ValueError, match="unknown method 'pipegcn-q3'"):
         parse_method("pipegcn-q3")
-    assert main(["train", "--dataset", "nope", "--method", "skipg", "--quantize", "4"]) == 2
+    assert main(["train", "--dataset", "nope", "--method", "adaqp", "--quantize", "4"]) == 2
     err = capsys.readouterr().err
-    assert "--quantize applies to --method pipegcn or cagnet or sancus only, not 'skipg'" in err
+    assert "--quantize applies to --method pipegcn or cagnet or sancus or skipg only, not " in err
