@@ -525,3 +525,22 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
     assert "pairs/s" in text
     if "gensim" in run:  # an optional benchmark dependency
         assert 0.5 < run["gensim"]["dot"] <= 1 and run["gensim"]["pairs_per_s"] > 0
+
+
+def test_composition_table_quick(tmp_path):
+    """The composed methods' rows: the baselines at ratio 1, 4-bit broadcasts and 4-bit stale
+    halos below their unquantized versions' bytes, accuracies in range."""
+    methods = ["cagnet-q4", "sancus", "sancus-q4", "pipegcn-q4"]
+    _run("composition_table.py", "--quick", "--methods", *methods, "--out", str(tmp_path / "c"))
+    with open(tmp_path / "c.csv") as f:
+        runs = {r["method"]: r for r in csv.DictReader(f)}
+    assert set(runs) == {"cagnet", "vanilla", *methods}
+    nbytes = {m: float(r["bytes_per_epoch"]) for m, r in runs.items()}
+    assert nbytes["cagnet-q4"] < 0.2 * nbytes["cagnet"]  # 4-bit codes + row parameters
+    assert nbytes["sancus-q4"] < nbytes["sancus"] < nbytes["cagnet"]
+    assert nbytes["pipegcn-q4"] < 0.2 * nbytes["vanilla"]
+    assert all(0 <= float(r["test_acc"]) <= 100 for r in runs.values())
+    table = (tmp_path / "c.md").read_text()
+    rows = {line.split("|")[3].strip(): line for line in table.splitlines() if "| cora |" in line}
+    assert rows["cagnet"].split("|")[9].strip() == "1.000"
+    assert rows["vanilla"].split("|")[9].strip() == "1.000"
