@@ -9,8 +9,10 @@ on the parameters and the quantization key only) and, right after each of its fi
 ``--solves`` assignments, freezes the parameters and computes:
 
 * the exact gradient ``g`` (fp32 exchange, Vanilla);
-* for every method (the fresh ``adaqp`` assignment, ``quant-random``'s draw for the same
-  period, uniform 2/4/8 bits) the gradients ``g_k`` of ``--keys`` quantization keys.
+* for every method (the fresh ``adaqp`` assignment; ``adaqp squares``, the same traces solved
+  with each message weighed by the seed's ``beta_k``, the sum of squares of its aggregation
+  coefficients, instead of the square of their sum; ``quant-random``'s draw for the same
+  period; uniform 2/4/8 bits) the gradients ``g_k`` of ``--keys`` quantization keys.
 
 It reports the relative error ``E_k ||g_k - g||^2 / ||g||^2`` (mean over keys, and its
 standard error), the bias ``||mean_k g_k - g||^2 / ||g||^2`` against the error's share
@@ -145,6 +147,9 @@ def run(
         x: Adaptive(AssignConfig(lam=x), period=period, norm=NORM[model_name], seed=seed)
         for x in extra_lams
     }
+    squares = Adaptive(
+        AssignConfig(lam=lam), period=period, norm=NORM[model_name], seed=seed, squares=True
+    )
     for epoch in range(1, period * solves + 2):
         before = state.comm_state
         new = adaptive.update_state(before, epoch=epoch, plan=plan, layer_dims=dims)
@@ -169,6 +174,9 @@ def run(
             for x, other in others.items():  # the same traces, solved with another λ
                 a, _ = other.solve(plan, dims, traces, current)
                 methods[f"adaqp λ{x}"] = (t_ada, adaptive.state_from_assignment(plan, dims, a), a)
+            # The same traces, each message weighed by the seed's beta_k (sum of squares).
+            a, _ = squares.solve(plan, dims, traces, current)
+            methods["adaqp squares"] = (t_ada, adaptive.state_from_assignment(plan, dims, a), a)
             for b in FIXED:
                 fixed = Quantized(b)
                 methods[f"{b}-bit"] = (
