@@ -269,8 +269,14 @@ def skip_broadcast_blocks(
     return _skip_broadcast(h_local, cache, active, axis_name, num_parts, send)
 
 
-def _skip_forward(h_local, cache, active, axis_name, num_parts, send):
+def skip_forward(h_local, cache, active, axis_name, num_parts, send):
+    """The forward of :func:`skip_broadcast_blocks`, with no gradient rule: per source ``j``,
+    ``send(h_local, j)`` where ``active[j]`` and this device's cached copy otherwise
+    (``active=None``: every source sends). ``-> [P-1, B, F]`` in halo order."""
     i = jax.lax.axis_index(axis_name)
+    if active is None:
+        blocks = jnp.stack([send(h_local, j) for j in range(num_parts)])
+        return jnp.take(blocks, halo_sources(i, num_parts), axis=0)
     blocks = []
     for j in range(num_parts):
         # Halo slot of block j here; on the owner (slot -1) the stale branch's value is unused.
@@ -290,18 +296,24 @@ def _skip_forward(h_local, cache, active, axis_name, num_parts, send):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _skip_broadcast(h_local, cache, active, axis_name, num_parts, send):
-    return _skip_forward(h_local, cache, active, axis_name, num_parts, send)
+    return skip_forward(h_local, cache, active, axis_name, num_parts, send)
 
 
 def _skip_fwd(h_local, cache, active, axis_name, num_parts, send):
-    return _skip_forward(h_local, cache, active, axis_name, num_parts, send), None
+    return skip_forward(h_local, cache, active, axis_name, num_parts, send), None
 
 
 def reduce_halo_to_owners(
-    g_halo: jax.Array, *, axis_name: str, num_parts: int, active: jax.Array | None = None
+    g_halo: jax.Array,
+    *,
+    axis_name: str,
+    num_parts: int,
+    active: jax.Array | None = None,
+    reduce: Callable[[jax.Array, int], jax.Array] | None = None,
 ) -> jax.Array:
     """Each halo slot's gradient summed over devices and delivered to the block's owner, one
-    reversed tree per source (:func:`reduce_to_source`).
+    reversed tree per source (:func:`reduce_to_source`, or ``reduce(g, source)``, e.g. a
+    quantized tree).
 
     ``active`` (``bool[P]``, identical on every device) gates the trees: a ``lax.cond`` runs
     the reduction of block ``j`` only where ``active[j]``, and skips its collectives
@@ -313,17 +325,19 @@ def reduce_halo_to_owners(
     """
     i = jax.lax.axis_index(axis_name)
     b, f = g_halo.shape[1:]
-    kw = dict(axis_name=axis_name, num_parts=num_parts)
+    if reduce is None:
+        reduce = functools.partial(reduce_to_source, axis_name=axis_name, num_parts=num_parts)
     # Source order: slot of block j is (i - j) mod P - 1; the owner contributes zeros.
     padded = jnp.concatenate([jnp.zeros((1, b, f), g_halo.dtype), g_halo])  # [P, B, F]
     dh = jnp.zeros((b, f), g_halo.dtype)
     for j in range(num_parts):
         g_j = jax.lax.dynamic_index_in_dim(padded, (i - j) % num_parts, keepdims=False)
         if active is None:
-            dh = dh + reduce_to_source(g_j, j, **kw)
+            dh = dh + reduce(g_j, j)
         else:
-            reduce = lambda g, j=j: reduce_to_source(g, j, **kw)  # noqa: E731
-            dh = dh + jax.lax.cond(active[j], reduce, jnp.zeros_like, g_j)
+            dh = dh + jax.lax.cond(
+                active[j], functools.partial(reduce, source=j), jnp.zeros_like, g_j
+            )
     return dh
 
 
@@ -344,6 +358,7 @@ __all__ = [
     "reduce_halo_to_owners",
     "reduce_to_source",
     "skip_broadcast_blocks",
+    "skip_forward",
     "tree_broadcast",
     "tree_perm",
     "tree_rounds",

@@ -32,7 +32,8 @@ import numpy as np
 
 from jaxgraph.comm.broadcast import (
     broadcast_forward,
-    halo_sources,
+    reduce_halo_to_owners,
+    skip_forward,
     tree_perm,
     tree_rounds,
     tree_sends,
@@ -116,26 +117,16 @@ def quantized_reduce_halo_to_owners(
     num_parts: int,
     active: jax.Array | None = None,
 ) -> jax.Array:
-    """Each halo slot's gradient summed over devices by :func:`quantized_reduce_to_source` and
-    delivered to the block's owner. ``active`` (``bool[P]``, device-invariant) gates the
-    trees as in :func:`~jaxgraph.comm.broadcast.reduce_halo_to_owners`.
+    """:func:`~jaxgraph.comm.broadcast.reduce_halo_to_owners` with every tree quantized
+    (:func:`quantized_reduce_to_source`; key folded with this device and the source).
     ``[P-1, B, F]`` (halo order) -> ``[B, F]``."""
-    i = jax.lax.axis_index(axis_name)
-    b, f = g_halo.shape[1:]
-    key = jax.random.fold_in(key, i)
-    padded = jnp.concatenate([jnp.zeros((1, b, f), g_halo.dtype), g_halo])  # source order
-    dh = jnp.zeros((b, f), g_halo.dtype)
+    key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
     kw = dict(axis_name=axis_name, num_parts=num_parts)
-    for j in range(num_parts):
-        g_j = jax.lax.dynamic_index_in_dim(padded, (i - j) % num_parts, keepdims=False)
-        reduce = functools.partial(
-            quantized_reduce_to_source, source=j, bits=bits, key=jax.random.fold_in(key, j), **kw
-        )
-        if active is None:
-            dh = dh + reduce(g_j)
-        else:
-            dh = dh + jax.lax.cond(active[j], reduce, jnp.zeros_like, g_j)
-    return dh
+
+    def reduce(g, source):
+        return quantized_reduce_to_source(g, source, bits, jax.random.fold_in(key, source), **kw)
+
+    return reduce_halo_to_owners(g_halo, active=active, reduce=reduce, **kw)
 
 
 def quantized_all_blocks(
@@ -173,8 +164,6 @@ def quantized_blocks(
       ``h_local: f32[B, F]``, ``cache: f32[P-1, B, F]`` or ``None``, ``active: bool[P]`` or
       ``None`` -> ``(halo f32[P-1, B, F], own f32[B, F])``.
     """
-    if cache is None:
-        cache = jnp.zeros((num_parts - 1,) + h_local.shape, h_local.dtype)
     return _quantized_blocks(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts)
 
 
@@ -183,27 +172,13 @@ def _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts):
     rows, dim = h_local.shape
     wire = encode_block(h_local, bits, jax.random.fold_in(key, i))
     own = decode_block(wire, bits, rows, dim)
-    kw = dict(axis_name=axis_name, num_parts=num_parts)
 
-    def fresh(wire, cache, j):
-        return decode_block(broadcast_forward(wire, j, **kw), bits, rows, dim)
+    def send(h, source):  # the owner's encoding, down its tree, decoded
+        del h
+        wire_j = broadcast_forward(wire, source, axis_name=axis_name, num_parts=num_parts)
+        return decode_block(wire_j, bits, rows, dim)
 
-    blocks = []
-    for j in range(num_parts):
-        if active is None:
-            blocks.append(fresh(wire, cache, j))
-            continue
-        slot = jnp.maximum((i - j) % num_parts - 1, 0)
-        blocks.append(
-            jax.lax.cond(
-                active[j],
-                functools.partial(fresh, j=j),
-                lambda w, c, slot=slot: jax.lax.dynamic_index_in_dim(c, slot, keepdims=False),
-                wire,
-                cache,
-            )
-        )
-    halo = jnp.take(jnp.stack(blocks), halo_sources(i, num_parts), axis=0)
+    halo = skip_forward(h_local, cache, active, axis_name, num_parts, send)
     return halo.astype(h_local.dtype), own.astype(h_local.dtype)
 
 
