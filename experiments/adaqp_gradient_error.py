@@ -135,26 +135,29 @@ def run(
     setup = Setup(dataset, model_name, parts, hidden, seed)
     plan, dims = setup.plan, setup.dims
     adaptive = Adaptive(AssignConfig(lam=lam), period=period, norm=NORM[model_name], seed=seed)
+    controller = adaptive.controller(plan, dims)
     random = Quantized("random", period=period, seed=seed)
     t_ada, t_van = setup.trainer(adaptive), setup.trainer(Vanilla())
     trainers = {"random": setup.trainer(random)}
     trainers.update({f"{b}-bit": setup.trainer(Quantized(b)) for b in FIXED})
     state = t_ada.create_state(
-        jax.random.key(seed), setup.graph.num_features, adaptive.init_state(plan, dims)
+        jax.random.key(seed), setup.graph.num_features, controller.init_state()
     )
     rows = []
     others = {
-        x: Adaptive(AssignConfig(lam=x), period=period, norm=NORM[model_name], seed=seed)
+        x: Adaptive(
+            AssignConfig(lam=x), period=period, norm=NORM[model_name], seed=seed
+        ).controller(plan, dims)
         for x in extra_lams
     }
     squares = Adaptive(
         AssignConfig(lam=lam), period=period, norm=NORM[model_name], seed=seed, squares=True
-    )
+    ).controller(plan, dims)
     for epoch in range(1, period * solves + 2):
         before = state.comm_state
-        new = adaptive.update_state(before, epoch=epoch, plan=plan, layer_dims=dims)
+        new = controller.update(before, epoch=epoch)
         if new is not None:
-            traces, current = adaptive._to_host(before)  # what the solve saw
+            traces, current = controller._to_host(before)  # what the solve saw
             state = state.replace(comm_state=t_ada.place_comm_state(new))
             index = (epoch - 1) // period
             t0 = time.perf_counter()
@@ -172,10 +175,10 @@ def run(
                 ),
             }
             for x, other in others.items():  # the same traces, solved with another λ
-                a, _ = other.solve(plan, dims, traces, current)
+                a, _ = other.solve(traces, current)
                 methods[f"adaqp λ{x}"] = (t_ada, adaptive.state_from_assignment(plan, dims, a), a)
             # The same traces, each message weighed by the seed's beta_k (sum of squares).
-            a, _ = squares.solve(plan, dims, traces, current)
+            a, _ = squares.solve(traces, current)
             methods["adaqp squares"] = (t_ada, adaptive.state_from_assignment(plan, dims, a), a)
             for b in FIXED:
                 fixed = Quantized(b)

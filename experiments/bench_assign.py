@@ -61,11 +61,11 @@ def bench(dataset: str, parts: int, args) -> list[dict]:
             solver=name,
             mip_gap=gap if gap is not None else AssignConfig().mip_gap,
         )
-        strategy = Adaptive(config, period=1, norm=norm)
+        controller = Adaptive(config, period=1, norm=norm).controller(plan, dims)
         seconds, objectives = [], []
         for traces in draws:
             t0 = time.perf_counter()
-            _, log = strategy.solve(plan, dims, traces, previous)
+            _, log = controller.solve(traces, previous)
             seconds.append(time.perf_counter() - t0)
             objectives.append({k: v["objective"] for k, v in log["keys"].items()})
         results[(name, gap)] = (seconds, objectives)

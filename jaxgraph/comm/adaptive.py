@@ -46,12 +46,13 @@ import numpy as np
 from jaxgraph.comm.quantized import (
     QUANT_WIDTHS,
     BitAssignment,
-    Quantized,
     bucket_state,
     check_chunks,
     check_widths,
+    quantized_layer_exchange,
     row_range_variance,
 )
+from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.mesh import to_host
 from jaxgraph.partition.halo import HaloPlan
 
@@ -188,17 +189,20 @@ def first_width(config: AssignConfig) -> int:
     return 8 if 8 in config.widths else max(config.widths)
 
 
-class Adaptive(Quantized):
+class Adaptive(CommStrategy):
     """Quantized exchange whose bit-widths are re-solved every ``period`` epochs from traced
     message statistics by the mixed-integer program of :mod:`jaxgraph.comm.assign`.
+
+    The device half runs the quantized ring exchange of :mod:`jaxgraph.comm.quantized` under
+    the bucket layouts in ``comm_state`` and adds the traces; the host half
+    (:class:`AdaptiveController`, from :meth:`controller`) gathers the traces, solves and
+    installs the next assignment.
 
     Args:
       config: the program's settings.
       period: epochs per assignment period (the first runs at uniform 8 bits, or at the
         widest of ``config.widths``).
       norm: the aggregation the model uses (``"gcn"`` or ``"mean"``), for the scores.
-      cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
-        one from ``config.interconnect`` when the first program is set up.
       seed: seed of the quantization keys (unused by the assignment itself).
       chunks: ``0``: each assignment gets an exact layout and compiles its own step; ``J >=
         1``: one chunked layout (:func:`~jaxgraph.comm.quantized.bucket_state`), one compiled
@@ -214,15 +218,13 @@ class Adaptive(Quantized):
         *,
         period: int = 40,
         norm: str = "gcn",
-        cost=None,
         seed: int = 0,
         chunks: int = 0,
         squares: bool = False,
     ):
-        super().__init__(8, period=period, seed=seed)
+        if period < 1:
+            raise ValueError(f"assignment period must be at least 1 epoch, got {period}")
         check_chunks(chunks)
-        self.chunks = int(chunks)  # the widths change: a chunked layout can serve them all
-        self.widths = config.widths
         if norm not in NORMS:
             raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
         if config.lookahead >= period:
@@ -230,11 +232,11 @@ class Adaptive(Quantized):
                 f"lookahead ({config.lookahead} epochs) must be shorter than the assignment "
                 f"period ({period} epochs)"
             )
-        self.config, self.norm, self.cost = config, norm, cost
+        self.config, self.period, self.norm, self.seed = config, int(period), norm, int(seed)
+        self.chunks = int(chunks)  # the widths change: a chunked layout can serve them all
+        self.widths = config.widths
         self.squares = bool(squares)
         self.name = "adaqp"
-        self.last_update: dict | None = None  # host-side log of the latest installed solve
-        self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
 
     def _key(self):
         return (
@@ -247,7 +249,11 @@ class Adaptive(Quantized):
             self.squares,
         )
 
-    # ------------------------------------------------------------------ host side
+    def __eq__(self, other):
+        return isinstance(other, Adaptive) and other._key() == self._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
     def state_from_assignment(
         self, plan, layer_dims, assignment: BitAssignment, *, upcoming=None, traces=None
@@ -267,223 +273,29 @@ class Adaptive(Quantized):
         return state
 
     def init_state(self, plan, layer_dims, *, epoch: int = 0):
-        del epoch  # only a checkpoint knows a later assignment (see resume_state)
-        from jaxgraph.comm import assign
-
-        if self.config.solver == "milp":
-            assign.load_solver()  # at set-up, not in the first assignment's overhead
+        """The first period's state: uniform widths (:func:`first_width`), zero traces. Only
+        a checkpoint knows a later assignment (:meth:`AdaptiveController.resume`)."""
+        del epoch
         first = first_width(self.config)
         return self.state_from_assignment(
             plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), first)
         )
 
-    def resume_state(self, plan, layer_dims, *, epoch, saved):
-        template = self.init_state(plan, layer_dims)
-
-        def saved_assignment(name):
-            fetch = _saved_getter(saved, f"['{name}']")
-            fwd, bwd = (
-                tuple(
-                    tuple(fetch(f"['{d}'][{layer}][{r}]", a) for r, a in enumerate(rounds))
-                    for layer, rounds in enumerate(template["bits"][d])
-                )
-                for d in ("fwd", "bwd")
-            )
-            return BitAssignment(fwd=fwd, bwd=bwd)
-
-        upcoming = saved_assignment("next_bits") if self.config.lookahead else None
-        state = self.state_from_assignment(
-            plan, layer_dims, saved_assignment("bits"), upcoming=upcoming
-        )
-        trace = _saved_getter(saved, "['trace']")
-        state["trace"] = jax.tree_util.tree_map_with_path(
-            lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
-        )
-        return state
-
-    def _is_boundary(self, epoch: int) -> bool:
-        return epoch > 1 and (epoch - 1) % self.period == 0
-
-    def update_state(self, comm_state, *, epoch, plan, layer_dims):
-        lookahead = self.config.lookahead
-        if lookahead and self._is_boundary(epoch + lookahead):
-            # Solve now; the assignment takes over at the boundary. Only `next_bits` changes,
-            # so the step keeps its layout (no re-jit); the traces keep accumulating.
-            t0 = time.perf_counter()
-            traces, current = self._to_host(comm_state)
-            t_gather = time.perf_counter() - t0
-            assignment, info = self._decide(plan, layer_dims, traces, current)
-            info.update(gather_time=t_gather, solved_at=epoch)
-            state = self.state_from_assignment(
-                plan, layer_dims, current, upcoming=assignment, traces=traces
-            )
-            boundary = epoch + lookahead
-            upcoming = self.state_from_assignment(plan, layer_dims, assignment)
-            self._pending = {"boundary": boundary, "state": upcoming, "log": info}
-            return state
-        if not self._is_boundary(epoch):
-            return None
-        if lookahead:  # install the assignment solved `lookahead` epochs ago; reset traces
-            nxt = jax.tree.map(_gather_to_host, comm_state["next_bits"])
-            assignment = BitAssignment(fwd=nxt["fwd"], bwd=nxt["bwd"])
-            pending = self._pending if self._pending and self._pending["boundary"] == epoch else {}
-            info = {
-                **pending.get("log", {}),  # solver details (lost if the run resumed since)
-                **self._describe(plan, layer_dims, assignment),
-                "solved_at": epoch - lookahead,
-            }
-            self._pending = None
-        else:
-            t0 = time.perf_counter()
-            traces, current = self._to_host(comm_state)
-            t_gather = time.perf_counter() - t0
-            assignment, info = self._decide(plan, layer_dims, traces, current)
-            info["gather_time"] = t_gather
-        info["epoch"] = epoch
-        self.last_update = info
-        return self.state_from_assignment(plan, layer_dims, assignment)
-
-    def upcoming_state(self, comm_state, *, epoch, plan, layer_dims):
-        pending = self._pending
-        if pending is None or pending["boundary"] <= epoch:
-            return None
-        return pending["boundary"], pending["state"]
-
-    def _to_host(self, comm_state):
-        """The traces and the assignment in force, gathered to the host."""
-        traces = jax.tree.map(_gather_to_host, comm_state["trace"])
-        current = BitAssignment(
-            fwd=jax.tree.map(_gather_to_host, comm_state["bits"]["fwd"]),
-            bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
-        )
-        return traces, current
-
-    def _decide(self, plan, layer_dims, traces, previous):
-        """The new assignment and its log; in a multi-process run process 0 solves (a
-        time-limited solve need not give the same answer twice) and broadcasts it."""
-        if jax.process_count() == 1:
-            return self.solve(plan, layer_dims, traces, previous)
-        from jax.experimental import multihost_utils
-
-        if jax.process_index() == 0:
-            assignment, info = self.solve(plan, layer_dims, traces, previous)
-        else:
-            assignment, info = previous, {}
-        fwd, bwd = multihost_utils.broadcast_one_to_all((assignment.fwd, assignment.bwd))
-        assignment = BitAssignment(
-            fwd=jax.tree.map(np.asarray, fwd), bwd=jax.tree.map(np.asarray, bwd)
-        )
-        if jax.process_index() != 0:
-            info = {**self._describe(plan, layer_dims, assignment), "solved_on": 0}
-        return assignment, info
-
-    def cost_model(self, plan: HaloPlan):
-        """The cost model in use: the one given, or the configured preset's."""
-        if self.cost is None:
-            if self.config.interconnect == "measure":
-                raise ValueError(
-                    "interconnect 'measure' needs a cost model measured on the run's mesh "
-                    "(jaxgraph.comm.costmodel.measure); pass it as Adaptive(cost=...)"
-                )
-            self.cost = self.config.cost_model(plan.num_parts)
-        return self.cost
-
-    def problems(self, plan: HaloPlan, layer_dims, traces) -> dict:
-        """The per-key inputs of the program: ``{key: (beta per round [P, S_r] indexed by the
-        channel's sender, feature dim, reversed)}``; ``reversed`` marks the backward keys,
-        whose channel for forward sender ``d`` in round ``r`` runs from ``d + r`` to ``d``."""
-        scores = aggregation_scores(plan, self.norm, squares=self.squares)
-        out = {}
-        for layer, dim in enumerate(layer_dims):
-            traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]
-            # beta = s^2 * traced (square of the sum) or s * traced (s = sum of squares).
-            weight = scores if self.squares else tuple(x * x for x in scores)
-            beta = tuple(w * t * m for w, t, m in zip(weight, traced, plan.send_mask, strict=True))
-            out[f"fwd{layer}"] = (beta, int(dim), False)
-            if layer > 0:  # the first layer's input is data: no backward exchange
-                traced = [np.asarray(t, np.float64) for t in traces["bwd"][layer]]
-                # Held by the backward sender (the forward receiver d + r), in the slot order
-                # of the rows it received: already indexed by the channel's sender.
-                beta = tuple(
-                    t * np.roll(m, r, axis=0)
-                    for r, (t, m) in enumerate(zip(traced, plan.send_mask, strict=True), 1)
-                )
-                out[f"bwd{layer}"] = (beta, int(dim), True)
-        return out
-
-    def solve(self, plan, layer_dims, traces, previous: BitAssignment):
-        """The new assignment from host-side traces (leaves ``[P, S_r]``), and a log."""
-        from jaxgraph.comm import assign
-
-        cfg = self.config
-        cost = self.cost_model(plan)
-        problems = self.problems(plan, layer_dims, traces)
-        num_parts = plan.num_parts
-        t0 = time.perf_counter()
-        specs, fallback = {}, {}
-        for key, (beta, dim, backward) in problems.items():
-            specs[key] = (_channels(beta, plan, backward), dim)
-            layer = int(key[3:])
-            prev = previous.bwd[layer] if backward else previous.fwd[layer]
-            fallback[key] = _channel_rows(prev, plan, backward)
-        results = assign.solve_channels(
-            specs,
-            theta=cost.theta,
-            gamma=cost.gamma,
-            num_parts=num_parts,
-            lam=cfg.lam,
-            group_size=cfg.group_size,
-            widths=cfg.widths,
-            time_limit=cfg.time_limit,
-            mip_rel_gap=cfg.mip_gap,
-            fallback=fallback,
-            solver=cfg.solver,
-        )
-        solve_time = time.perf_counter() - t0
-        fwd = [list(r) for r in previous.fwd]
-        bwd = [list(r) for r in previous.bwd]
-        log = {"solve_time": solve_time, "keys": {}}
-        for key, (channel_bits, info) in results.items():
-            layer, backward = int(key[3:]), key.startswith("bwd")
-            target = bwd if backward else fwd
-            rounds = _bits_from_channels(channel_bits, plan, backward)
-            target[layer] = rounds
-            log["keys"][key] = info
-        assignment = BitAssignment(
-            fwd=tuple(tuple(r) for r in fwd), bwd=tuple(tuple(r) for r in bwd)
-        )
-        log.update(self._describe(plan, layer_dims, assignment))
-        return assignment, log
-
-    def _describe(self, plan, layer_dims, assignment: BitAssignment) -> dict:
-        """Widths per key and the modelled communication seconds per step of
-        ``assignment``: under the cost model in use and under fixed presets (comparable
-        across runs and methods)."""
-        channel_bytes = _channel_bytes(plan, assignment, layer_dims)  # once for every model
-        cost = self.cost_model(plan)
-        projected = {"model": sum(_comm_time(channel_bytes, cost).values())}
-        for preset in PROJECTION_PRESETS:
-            preset_cost = AssignConfig(interconnect=preset).cost_model(plan.num_parts)
-            projected[preset] = sum(_comm_time(channel_bytes, preset_cost).values())
-        return {
-            "widths": _used_widths(assignment, plan),
-            "cost_model": cost.source,
-            "projected": projected,
-        }
+    def controller(self, plan, layer_dims, *, cost=None) -> AdaptiveController:
+        return AdaptiveController(self, plan, layer_dims, cost=cost)
 
     # ------------------------------------------------------------------ device side
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
-        h_remote, comm_state, nbytes = super().exchange(
+        h_remote, comm_state, nbytes = quantized_layer_exchange(
             h_local,
-            shard,
             comm_state,
             layer=layer,
+            key=key,
             axis_name=axis_name,
             num_parts=num_parts,
-            key=key,
             probe=probe,
         )
         v = row_range_variance(h_local)  # per local row, then per sent slot
@@ -512,6 +324,225 @@ class Adaptive(Quantized):
                     bwd, layer, tuple(t + g for t, g in zip(bwd[layer], grads, strict=True))
                 )
         return {**comm_state, "trace": {**comm_state["trace"], "bwd": bwd}}
+
+
+class AdaptiveController(Controller):
+    """The host half of :class:`Adaptive`: at each period boundary (or ``lookahead`` epochs
+    before it) gathers the traces, solves the program per exchange key and installs the new
+    assignment; keeps the cost model, the pending lookahead solve and the latest log.
+
+    Args:
+      exchange: the :class:`Adaptive` strategy.
+      plan, layer_dims: the run's plan and the width of each layer's rows.
+      cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
+        one from ``config.interconnect`` when the first program is set up.
+    """
+
+    exchange: Adaptive
+
+    def __init__(self, exchange: Adaptive, plan, layer_dims, *, cost=None):
+        super().__init__(exchange, plan, layer_dims)
+        self.config = exchange.config
+        self.cost = cost
+        self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
+        if self.config.solver == "milp":
+            from jaxgraph.comm import assign
+
+            assign.load_solver()  # at set-up, not in the first assignment's overhead
+
+    def _state(self, assignment, **kw) -> dict:
+        return self.exchange.state_from_assignment(self.plan, self.layer_dims, assignment, **kw)
+
+    def resume(self, *, epoch, saved):
+        template = self.init_state()
+
+        def saved_assignment(name):
+            fetch = _saved_getter(saved, f"['{name}']")
+            fwd, bwd = (
+                tuple(
+                    tuple(fetch(f"['{d}'][{layer}][{r}]", a) for r, a in enumerate(rounds))
+                    for layer, rounds in enumerate(template["bits"][d])
+                )
+                for d in ("fwd", "bwd")
+            )
+            return BitAssignment(fwd=fwd, bwd=bwd)
+
+        upcoming = saved_assignment("next_bits") if self.config.lookahead else None
+        state = self._state(saved_assignment("bits"), upcoming=upcoming)
+        trace = _saved_getter(saved, "['trace']")
+        state["trace"] = jax.tree_util.tree_map_with_path(
+            lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
+        )
+        return state
+
+    def _is_boundary(self, epoch: int) -> bool:
+        return epoch > 1 and (epoch - 1) % self.exchange.period == 0
+
+    def update(self, comm_state, *, epoch):
+        lookahead = self.config.lookahead
+        if lookahead and self._is_boundary(epoch + lookahead):
+            # Solve now; the assignment takes over at the boundary. Only `next_bits` changes,
+            # so the step keeps its layout (no re-jit); the traces keep accumulating.
+            t0 = time.perf_counter()
+            traces, current = self._to_host(comm_state)
+            t_gather = time.perf_counter() - t0
+            assignment, info = self._decide(traces, current)
+            info.update(gather_time=t_gather, solved_at=epoch)
+            state = self._state(current, upcoming=assignment, traces=traces)
+            boundary = epoch + lookahead
+            self._pending = {"boundary": boundary, "state": self._state(assignment), "log": info}
+            return state
+        if not self._is_boundary(epoch):
+            return None
+        if lookahead:  # install the assignment solved `lookahead` epochs ago; reset traces
+            nxt = jax.tree.map(_gather_to_host, comm_state["next_bits"])
+            assignment = BitAssignment(fwd=nxt["fwd"], bwd=nxt["bwd"])
+            pending = self._pending if self._pending and self._pending["boundary"] == epoch else {}
+            info = {
+                **pending.get("log", {}),  # solver details (lost if the run resumed since)
+                **self.describe(assignment),
+                "solved_at": epoch - lookahead,
+            }
+            self._pending = None
+        else:
+            t0 = time.perf_counter()
+            traces, current = self._to_host(comm_state)
+            t_gather = time.perf_counter() - t0
+            assignment, info = self._decide(traces, current)
+            info["gather_time"] = t_gather
+        info["epoch"] = epoch
+        self.last_update = info
+        return self._state(assignment)
+
+    def upcoming(self, comm_state, *, epoch):
+        pending = self._pending
+        if pending is None or pending["boundary"] <= epoch:
+            return None
+        return pending["boundary"], pending["state"]
+
+    def _to_host(self, comm_state):
+        """The traces and the assignment in force, gathered to the host."""
+        traces = jax.tree.map(_gather_to_host, comm_state["trace"])
+        current = BitAssignment(
+            fwd=jax.tree.map(_gather_to_host, comm_state["bits"]["fwd"]),
+            bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
+        )
+        return traces, current
+
+    def _decide(self, traces, previous):
+        """The new assignment and its log; in a multi-process run process 0 solves (a
+        time-limited solve need not give the same answer twice) and broadcasts it."""
+        if jax.process_count() == 1:
+            return self.solve(traces, previous)
+        from jax.experimental import multihost_utils
+
+        if jax.process_index() == 0:
+            assignment, info = self.solve(traces, previous)
+        else:
+            assignment, info = previous, {}
+        fwd, bwd = multihost_utils.broadcast_one_to_all((assignment.fwd, assignment.bwd))
+        assignment = BitAssignment(
+            fwd=jax.tree.map(np.asarray, fwd), bwd=jax.tree.map(np.asarray, bwd)
+        )
+        if jax.process_index() != 0:
+            info = {**self.describe(assignment), "solved_on": 0}
+        return assignment, info
+
+    def cost_model(self):
+        """The cost model in use: the one given, or the configured preset's."""
+        if self.cost is None:
+            if self.config.interconnect == "measure":
+                raise ValueError(
+                    "interconnect 'measure' needs a cost model measured on the run's mesh "
+                    "(jaxgraph.comm.costmodel.measure); pass it as "
+                    "Adaptive(...).controller(plan, layer_dims, cost=...)"
+                )
+            self.cost = self.config.cost_model(self.plan.num_parts)
+        return self.cost
+
+    def problems(self, traces) -> dict:
+        """The per-key inputs of the program: ``{key: (beta per round [P, S_r] indexed by the
+        channel's sender, feature dim, reversed)}``; ``reversed`` marks the backward keys,
+        whose channel for forward sender ``d`` in round ``r`` runs from ``d + r`` to ``d``."""
+        plan, squares = self.plan, self.exchange.squares
+        scores = aggregation_scores(plan, self.exchange.norm, squares=squares)
+        out = {}
+        for layer, dim in enumerate(self.layer_dims):
+            traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]
+            # beta = s^2 * traced (square of the sum) or s * traced (s = sum of squares).
+            weight = scores if squares else tuple(x * x for x in scores)
+            beta = tuple(w * t * m for w, t, m in zip(weight, traced, plan.send_mask, strict=True))
+            out[f"fwd{layer}"] = (beta, int(dim), False)
+            if layer > 0:  # the first layer's input is data: no backward exchange
+                traced = [np.asarray(t, np.float64) for t in traces["bwd"][layer]]
+                # Held by the backward sender (the forward receiver d + r), in the slot order
+                # of the rows it received: already indexed by the channel's sender.
+                beta = tuple(
+                    t * np.roll(m, r, axis=0)
+                    for r, (t, m) in enumerate(zip(traced, plan.send_mask, strict=True), 1)
+                )
+                out[f"bwd{layer}"] = (beta, int(dim), True)
+        return out
+
+    def solve(self, traces, previous: BitAssignment):
+        """The new assignment from host-side traces (leaves ``[P, S_r]``), and a log."""
+        from jaxgraph.comm import assign
+
+        cfg, plan = self.config, self.plan
+        cost = self.cost_model()
+        problems = self.problems(traces)
+        t0 = time.perf_counter()
+        specs, fallback = {}, {}
+        for key, (beta, dim, backward) in problems.items():
+            specs[key] = (_channels(beta, plan, backward), dim)
+            layer = int(key[3:])
+            prev = previous.bwd[layer] if backward else previous.fwd[layer]
+            fallback[key] = _channel_rows(prev, plan, backward)
+        results = assign.solve_channels(
+            specs,
+            theta=cost.theta,
+            gamma=cost.gamma,
+            num_parts=plan.num_parts,
+            lam=cfg.lam,
+            group_size=cfg.group_size,
+            widths=cfg.widths,
+            time_limit=cfg.time_limit,
+            mip_rel_gap=cfg.mip_gap,
+            fallback=fallback,
+            solver=cfg.solver,
+        )
+        solve_time = time.perf_counter() - t0
+        fwd = [list(r) for r in previous.fwd]
+        bwd = [list(r) for r in previous.bwd]
+        log = {"solve_time": solve_time, "keys": {}}
+        for key, (channel_bits, info) in results.items():
+            layer, backward = int(key[3:]), key.startswith("bwd")
+            target = bwd if backward else fwd
+            rounds = _bits_from_channels(channel_bits, plan, backward)
+            target[layer] = rounds
+            log["keys"][key] = info
+        assignment = BitAssignment(
+            fwd=tuple(tuple(r) for r in fwd), bwd=tuple(tuple(r) for r in bwd)
+        )
+        log.update(self.describe(assignment))
+        return assignment, log
+
+    def describe(self, assignment: BitAssignment) -> dict:
+        """Widths per key and the modelled communication seconds per step of
+        ``assignment``: under the cost model in use and under fixed presets (comparable
+        across runs and methods)."""
+        plan = self.plan
+        channel_bytes = _channel_bytes(plan, assignment, self.layer_dims)  # once for every model
+        cost = self.cost_model()
+        projected = {"model": sum(_comm_time(channel_bytes, cost).values())}
+        for preset in PROJECTION_PRESETS:
+            preset_cost = AssignConfig(interconnect=preset).cost_model(plan.num_parts)
+            projected[preset] = sum(_comm_time(channel_bytes, preset_cost).values())
+        return {
+            "widths": _used_widths(assignment, plan),
+            "cost_model": cost.source,
+            "projected": projected,
+        }
 
 
 # ---------------------------------------------------------------------- projection

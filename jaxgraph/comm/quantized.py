@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.ring import ring_perm
-from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.mesh import to_varying, varying_axes
 from jaxgraph.partition.halo import HaloPlan
 from pallas_kernels.quantize import dequantize, quantize
@@ -827,34 +827,66 @@ class Quantized(CommStrategy):
         assignment = self.assignment(plan, len(layer_dims), period_index=period_index)
         return bucket_state(plan, assignment, chunks=self.chunks, widths=self.widths)
 
-    def update_state(self, comm_state, *, epoch, plan, layer_dims):
-        if self.bits != "random" or epoch == 1 or (epoch - 1) % self.period:
-            return None
-        return self.init_state(plan, layer_dims, epoch=epoch)
-
-    def upcoming_state(self, comm_state, *, epoch, plan, layer_dims):
-        # Random widths are drawn from the seed and the period index: known in advance.
-        if self.bits != "random":
-            return None
-        boundary = (epoch - 1) // self.period * self.period + self.period + 1
-        key = (boundary, id(plan), tuple(layer_dims))
-        cached = getattr(self, "_upcoming", None)
-        if cached is None or cached[0] != key:
-            self._upcoming = (key, self.init_state(plan, layer_dims, epoch=boundary))
-        return boundary, self._upcoming[1]
+    def controller(self, plan, layer_dims, *, cost=None):
+        del cost
+        if self.bits == "random":
+            return RandomWidths(self, plan, layer_dims)
+        return Controller(self, plan, layer_dims)
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
-        if key is None:
-            raise ValueError("the quantized exchange needs a PRNG key")
-        fwd = comm_state["fwd"][layer]
-        bwd = comm_state["bwd"][layer]
-        h_remote = quantized_ring_exchange(
-            h_local, fwd, bwd, key, axis_name=axis_name, num_parts=num_parts, probe=probe
+        del shard
+        return quantized_layer_exchange(
+            h_local,
+            comm_state,
+            layer=layer,
+            key=key,
+            axis_name=axis_name,
+            num_parts=num_parts,
+            probe=probe,
         )
-        dim = h_local.shape[-1]
-        nbytes = exchange_bytes(fwd, dim, axis_name, num_parts)
-        if layer > 0:  # the first layer's input is data: no backward exchange
-            nbytes = nbytes + exchange_bytes(bwd, dim, axis_name, num_parts)
-        return h_remote, comm_state, nbytes
+
+
+def quantized_layer_exchange(h_local, comm_state, *, layer, key, axis_name, num_parts, probe):
+    """Layer ``layer``'s quantized ring exchange under the bucket layouts of ``comm_state``
+    (``comm_state["fwd"][layer]``, ``["bwd"][layer]``; :func:`bucket_state`), and the bytes it
+    moves; the exchange of :class:`Quantized` and of AdaQP's adaptive widths.
+
+    Returns:
+      ``(h_remote, comm_state, bytes_moved)``.
+    """
+    if key is None:
+        raise ValueError("the quantized exchange needs a PRNG key")
+    fwd = comm_state["fwd"][layer]
+    bwd = comm_state["bwd"][layer]
+    h_remote = quantized_ring_exchange(
+        h_local, fwd, bwd, key, axis_name=axis_name, num_parts=num_parts, probe=probe
+    )
+    dim = h_local.shape[-1]
+    nbytes = exchange_bytes(fwd, dim, axis_name, num_parts)
+    if layer > 0:  # the first layer's input is data: no backward exchange
+        nbytes = nbytes + exchange_bytes(bwd, dim, axis_name, num_parts)
+    return h_remote, comm_state, nbytes
+
+
+class RandomWidths(Controller):
+    """Random widths re-drawn every ``period`` epochs (:class:`Quantized` ``"random"``): each
+    period's assignment follows from the seed and the period index, so the next one is known
+    (and its step compiled) a whole period ahead."""
+
+    _upcoming: tuple | None = None  # (boundary, its state), computed once per boundary
+
+    def update(self, comm_state, *, epoch):
+        del comm_state
+        if epoch == 1 or (epoch - 1) % self.exchange.period:
+            return None
+        return self.init_state(epoch=epoch)
+
+    def upcoming(self, comm_state, *, epoch):
+        del comm_state
+        period = self.exchange.period
+        boundary = (epoch - 1) // period * period + period + 1
+        if self._upcoming is None or self._upcoming[0] != boundary:
+            self._upcoming = (boundary, self.init_state(epoch=boundary))
+        return self._upcoming

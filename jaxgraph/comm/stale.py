@@ -342,7 +342,9 @@ class CAGNET(CommStrategy):
         _check_block_plan(plan, "CAGNET")
         return {}
 
-    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
         b, f = h_local.shape
         # Over the P trees every device sends P - 1 blocks forward and P - 1 back (the first
         # layer's input is data: no backward pass).
@@ -427,7 +429,9 @@ class Sancus(CommStrategy):
             for f in layer_dims
         )
 
-    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
         st = comm_state[layer]
         p = num_parts
         b, f = h_local.shape

@@ -23,10 +23,12 @@ CommState = Any
 
 
 class CommStrategy(abc.ABC):
-    """How halo rows travel between devices.
+    """How halo rows travel between devices: the device half of a strategy.
 
-    Subclasses are immutable descriptions (hashable, so a jitted step can close over them);
-    everything that changes during training lives in ``comm_state``.
+    A strategy is an immutable description (hashable, so a jitted step can close over it)
+    whose :meth:`exchange` runs inside ``shard_map``; everything that changes during training
+    lives in ``comm_state`` (device) or in the strategy's :class:`Controller` (host), which
+    :meth:`controller` binds to one run's plan and layer widths.
     """
 
     name: str = "abstract"
@@ -35,9 +37,6 @@ class CommStrategy(abc.ABC):
     layout: ClassVar[str] = "halo"
     # Local gradient clipping threshold the training step applies (Sancus), or None.
     local_grad_clip: float | None = None
-    # What the last host-side update decided (epoch, widths, solver figures; AdaQP and random
-    # widths), for the loop's log; None for strategies that decide nothing on the host.
-    last_update: dict | None = None
     # True: the model exchanges a layer's input rows before its dropout, and drops out the
     # received halo rows with its own mask (PipeGCN); False: the rows travel after dropout.
     exchange_before_dropout: bool = False
@@ -46,8 +45,9 @@ class CommStrategy(abc.ABC):
         self, plan: HaloPlan, layer_dims: tuple[int, ...], *, epoch: int = 0
     ) -> CommState:
         """Host-side ``comm_state`` in force after ``epoch`` completed epochs (leaves stacked
-        with a leading ``P`` axis). ``epoch > 0`` gives the structure a checkpoint taken at
-        that epoch restores into.
+        with a leading ``P`` axis), for strategies whose state follows from the plan and the
+        epoch alone; ``epoch > 0`` gives the structure a checkpoint taken at that epoch
+        restores into.
 
         Args:
           plan: the halo plan of the run.
@@ -57,43 +57,17 @@ class CommStrategy(abc.ABC):
         del plan, layer_dims, epoch
         return {}
 
-    def update_state(
-        self, comm_state: CommState, *, epoch: int, plan: HaloPlan, layer_dims: tuple[int, ...]
-    ) -> CommState | None:
-        """Host-side decision before epoch ``epoch`` (1-indexed), outside the jitted step.
+    def controller(self, plan: HaloPlan, layer_dims: tuple[int, ...], *, cost=None) -> Controller:
+        """The host half of this strategy, bound to one run's plan and layer widths.
 
-        Returns a new host-side ``comm_state`` (e.g. a new bit assignment, whose new buffer
-        sizes re-jit the step) or ``None`` to keep the current one.
+        Args:
+          plan: the run's plan.
+          layer_dims: the width of the rows each layer exchanges.
+          cost: a :class:`~jaxgraph.comm.costmodel.CostModel` measured on the run's mesh, for
+            controllers that decide from one (AdaQP); ``None``: their configured preset.
         """
-        del comm_state, epoch, plan, layer_dims
-        return None
-
-    def upcoming_state(
-        self, comm_state: CommState, *, epoch: int, plan: HaloPlan, layer_dims: tuple[int, ...]
-    ) -> tuple[int, CommState] | None:
-        """The next change :meth:`update_state` will make, if already decided after epoch
-        ``epoch``: ``(the epoch before which it happens, its host-side comm_state)``, or
-        ``None``. The training loop compiles that state's step ahead of time. Must be cheap
-        when called every epoch.
-        """
-        del comm_state, epoch, plan, layer_dims
-        return None
-
-    def resume_state(
-        self,
-        plan: HaloPlan,
-        layer_dims: tuple[int, ...],
-        *,
-        epoch: int,
-        saved: dict[str, np.ndarray],
-    ) -> CommState:
-        """Host-side template of the ``comm_state`` a checkpoint taken after ``epoch`` epochs
-        restores into. ``saved`` maps each saved ``comm_state`` leaf's tree path
-        (``jax.tree_util.keystr``) to its array, for strategies whose state shapes depend on
-        what happened during training (e.g. a bit assignment solved from traced data).
-        """
-        del saved
-        return self.init_state(plan, layer_dims, epoch=epoch)
+        del cost
+        return Controller(self, plan, layer_dims)
 
     def probes(self, comm_state: CommState, num_layers: int):
         """Per layer, a pytree of zeros that the exchange takes as ``probe=``, or ``None``.
@@ -123,8 +97,18 @@ class CommStrategy(abc.ABC):
         axis_name: str,
         num_parts: int,
         key: jax.Array | None = None,
+        probe=None,
     ) -> tuple[jax.Array, CommState, jax.Array]:
         """Delivers this device's halo rows.
+
+        Args:
+          h_local: this device's rows of the layer's input.
+          shard: this device's :class:`GraphShard`.
+          comm_state: this device's ``comm_state`` (no leading axis).
+          layer: the layer's index.
+          axis_name, num_parts: the mesh axis and its size.
+          key: a PRNG key for the layer (stochastic strategies).
+          probe: this layer's entry of :meth:`probes` (``None`` for strategies without).
 
         Returns:
           ``(h_remote, comm_state', bytes_moved)``: the halo rows in the plan's halo layout,
@@ -134,6 +118,86 @@ class CommStrategy(abc.ABC):
         Shapes:
           ``h_local: [Nl, F] -> h_remote: [H, F]``.
         """
+
+
+class Controller:
+    """The host half of a strategy, bound once to a run's plan and layer widths.
+
+    Between epochs the training loop asks the controller for the ``comm_state`` the next
+    epochs run on (:meth:`update`), for the state it has already decided will follow (to
+    compile that step ahead, :meth:`upcoming`), for the state a checkpoint restores into
+    (:meth:`resume`), and for what its last decision was (:meth:`log`). Everything a strategy
+    decides on the host (traced statistics gathered, bit assignments, schedules, the cost
+    model) lives here, never on the frozen exchange.
+
+    This base controller installs the exchange's :meth:`CommStrategy.init_state` and never
+    changes it; strategies that decide between epochs subclass it.
+
+    Attributes:
+      exchange: the strategy's device half.
+      plan: the run's plan.
+      layer_dims: the width of the rows each layer exchanges.
+      last_update: what the latest decision installed (epoch, widths, solver figures), or
+        ``None``.
+    """
+
+    def __init__(self, exchange: CommStrategy, plan: HaloPlan, layer_dims: tuple[int, ...]):
+        self.exchange = exchange
+        self.plan = plan
+        self.layer_dims = tuple(int(d) for d in layer_dims)
+        self.last_update: dict | None = None
+
+    def init_state(self, *, epoch: int = 0) -> CommState:
+        """Host-side ``comm_state`` in force after ``epoch`` completed epochs."""
+        return self.exchange.init_state(self.plan, self.layer_dims, epoch=epoch)
+
+    def update(self, comm_state: CommState, *, epoch: int) -> CommState | None:
+        """Host-side decision before epoch ``epoch`` (1-indexed), outside the jitted step.
+
+        Returns a new host-side ``comm_state`` (e.g. a new bit assignment, whose new buffer
+        sizes re-jit the step) or ``None`` to keep the current one.
+        """
+        del comm_state, epoch
+        return None
+
+    def upcoming(self, comm_state: CommState, *, epoch: int) -> tuple[int, CommState] | None:
+        """The next change :meth:`update` will make, if already decided after epoch
+        ``epoch``: ``(the epoch before which it happens, its host-side comm_state)``, or
+        ``None``. The training loop compiles that state's step ahead of time; must be cheap
+        when called every epoch.
+        """
+        del comm_state, epoch
+        return None
+
+    def resume(self, *, epoch: int, saved: dict[str, np.ndarray]) -> CommState:
+        """Host-side template of the ``comm_state`` a checkpoint taken after ``epoch`` epochs
+        restores into. ``saved`` maps each saved ``comm_state`` leaf's tree path
+        (``jax.tree_util.keystr``) to its array, for strategies whose state shapes depend on
+        what happened during training (e.g. a bit assignment solved from traced data).
+        """
+        del saved
+        return self.init_state(epoch=epoch)
+
+    def log(self, epoch: int) -> dict:
+        """What the decision installed before ``epoch`` reports for the metrics line (widths
+        per key, projected communication time, solver status), or ``{}``."""
+        info = self.last_update or {}
+        if info.get("epoch", epoch) != epoch:
+            return {}
+        out = {}
+        if "widths" in info:
+            out["widths"] = {
+                k: {str(b): n for b, n in v.items() if n} for k, v in info["widths"].items()
+            }
+        for field in ("projected", "cost_model", "solved_at"):
+            if field in info:
+                out[field] = info[field]
+        if "keys" in info:
+            out["solver"] = {
+                k: {f: v[f] for f in ("status", "solve_seconds", "mip_gap") if f in v}
+                for k, v in info["keys"].items()
+            }
+        return out
 
 
 class Vanilla(CommStrategy):
@@ -147,8 +211,10 @@ class Vanilla(CommStrategy):
     def __hash__(self):
         return hash(type(self))
 
-    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
-        del key
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
+        del key, probe
         h_remote = ring_exchange(h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
         # The backward pass sends the same volume back along the reversed ring, except at the
         # first layer, whose input is data and is never differentiated.

@@ -106,9 +106,8 @@ class Propagator:
 
     def _exchange(self, h: jax.Array, *, layer: int) -> jax.Array:
         key = None if self.key is None else jax.random.fold_in(self.key, layer)
-        # Only strategies that trace their backward messages take a probe.
+        # Only strategies that trace their backward messages have probes.
         probe = None if self.probes is None else self.probes[layer]
-        extra = {} if probe is None else {"probe": probe}
         h_remote, self.comm_state, nbytes = self.strategy.exchange(
             h,
             self.shard,
@@ -117,7 +116,7 @@ class Propagator:
             axis_name=self.axis_name,
             num_parts=self.num_parts,
             key=key,
-            **extra,
+            probe=probe,
         )
         self.bytes_moved = self.bytes_moved + nbytes
         return h_remote.astype(h.dtype)

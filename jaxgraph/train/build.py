@@ -24,7 +24,7 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.distributed import check_same_on_all_processes
 from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
@@ -112,17 +112,19 @@ class Run:
     Attributes:
       graph: the whole graph (host).
       plan: the halo or block-row plan of the partition (host).
-      strategy: the communication strategy.
+      strategy: the communication strategy (its device half: the exchange).
+      controller: the strategy's host half, bound to ``plan`` and the layer widths.
       model: the flax model.
       trainer: the jitted programs on the mesh.
       shards: the plan's per-device shards, placed on the mesh.
-      state: the initial train state (parameters from the seed, the strategy's initial
+      state: the initial train state (parameters from the seed, the controller's initial
         ``comm_state``).
     """
 
     graph: Graph
     plan: Any
     strategy: CommStrategy
+    controller: Controller
     model: nn.Module
     trainer: Trainer
     shards: GraphShard
@@ -148,6 +150,7 @@ def assemble_run(
     seed: int = 0,
     optimizer: optax.GradientTransformation | None = None,
     split: bool = True,
+    cost=None,
     **trainer_kw,
 ) -> Run:
     """A :class:`Run` from parts made by hand.
@@ -159,6 +162,8 @@ def assemble_run(
       seed: draws the initial parameters.
       optimizer: default Adam (:class:`OptimConfig`'s defaults).
       split: shards with the central/marginal edge split (:meth:`GraphShard.from_plan`).
+      cost: a cost model measured on the mesh, for the controller
+        (:meth:`CommStrategy.controller`).
       trainer_kw: further :class:`Trainer` arguments (``local_grad_clip`` defaults to the
         strategy's).
     """
@@ -173,9 +178,9 @@ def assemble_run(
         **trainer_kw,
     )
     shards = trainer.place_shards(GraphShard.from_plan(graph, plan, split=split))
-    comm = strategy.init_state(plan, model.layer_input_dims(graph.num_features))
-    state = trainer.create_state(jax.random.key(seed), graph.num_features, comm)
-    return Run(graph, plan, strategy, model, trainer, shards, state)
+    controller = strategy.controller(plan, model.layer_input_dims(graph.num_features), cost=cost)
+    state = trainer.create_state(jax.random.key(seed), graph.num_features, controller.init_state())
+    return Run(graph, plan, strategy, controller, model, trainer, shards, state)
 
 
 def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
@@ -196,11 +201,12 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
             f"cannot split {graph.num_nodes} nodes of {graph.name!r} into {config.parts} parts"
         )
     mesh = make_mesh(config.parts)
+    cost = None
     if isinstance(method, AdaQP) and method.assign.interconnect == "measure":
         from jaxgraph.comm.costmodel import measure
 
         # Transfer costs timed on this mesh: payloads from 64 KiB to 4 MiB per device pair.
-        strategy.cost = measure(mesh, (1 << 16, 1 << 20, 1 << 22), repeats=3)
+        cost = measure(mesh, (1 << 16, 1 << 20, 1 << 22), repeats=3)
     parts = partition_graph(graph, config.parts, method=config.partition, seed=config.seed)
     check_same_on_all_processes("the graph or its partition", graph.indptr, graph.indices, parts)
     if strategy.layout == "block":  # CAGNET / Sancus / SkipG: all blocks
@@ -220,5 +226,12 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
         heads=m.heads,
     )
     return assemble_run(
-        graph, plan, strategy, model, mesh, seed=config.seed, optimizer=make_optimizer(config.optim)
+        graph,
+        plan,
+        strategy,
+        model,
+        mesh,
+        seed=config.seed,
+        optimizer=make_optimizer(config.optim),
+        cost=cost,
     )

@@ -16,7 +16,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxgraph.atomic import atomic_write_text
-from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.distributed import check_same_on_all_processes, is_primary
 from jaxgraph.graph import Graph
 from jaxgraph.train.build import Run, build_run, load_graph, make_optimizer, make_strategy
@@ -54,14 +53,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     be on a file system every process sees. Every process returns the summary.
     """
     run = build_run(config, graph)
-    graph, plan, strategy, trainer, shards = (
-        run.graph,
-        run.plan,
-        run.strategy,
-        run.trainer,
-        run.shards,
-    )
-    layer_dims, m = run.layer_dims, config.model
+    graph, controller, trainer, shards = run.graph, run.controller, run.trainer, run.shards
     workdir = Path(config.workdir) if config.workdir else None
     ckpt_dir = workdir / "checkpoints" if workdir else None
     state, start_epoch, best = _resume(run, config, ckpt_dir)
@@ -83,14 +75,12 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     bar = tqdm(
         range(start_epoch + 1, config.epochs + 1),
         disable=not (config.progress and primary),
-        desc=f"{graph.name} {m.name} P={config.parts} {config.method.label()}",
+        desc=f"{graph.name} {config.model.name} P={config.parts} {config.method.label()}",
         unit="epoch",
     )
     for epoch in bar:
         t = time.perf_counter()
-        new_comm = strategy.update_state(
-            state.comm_state, epoch=epoch, plan=plan, layer_dims=layer_dims
-        )
+        new_comm = controller.update(state.comm_state, epoch=epoch)
         assign_log = {}
         if new_comm is not None:
             state = state.replace(comm_state=trainer.place_comm_state(new_comm))
@@ -100,7 +90,7 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
             assign_log = {
                 "assign_time": t_solved - t,
                 "rejit_time": time.perf_counter() - t_solved,
-                **_assignment_log(strategy, epoch),
+                **controller.log(epoch),
             }
             if fresh:
                 assign_log["compiled_ahead"] = was_ahead
@@ -224,9 +214,7 @@ class _StepCache:
         if self.pool is None:
             return
         run = self.run
-        upcoming = run.strategy.upcoming_state(
-            state.comm_state, epoch=epoch, plan=run.plan, layer_dims=run.layer_dims
-        )
+        upcoming = run.controller.upcoming(state.comm_state, epoch=epoch)
         if upcoming is None or upcoming[0] > self.epochs:
             return
         placed = run.trainer.place_comm_state(upcoming[1])
@@ -290,32 +278,10 @@ def _resume(run: Run, config: TrainConfig, ckpt_dir: Path | None):
     if path is None:
         return run.state, 0, _Best()
     saved = read_leaves(path, ".comm_state")
-    comm = run.strategy.resume_state(run.plan, run.layer_dims, epoch=start_epoch, saved=saved)
+    comm = run.controller.resume(epoch=start_epoch, saved=saved)
     state = run.trainer.create_state(jax.random.key(config.seed), run.graph.num_features, comm)
     state, header = restore_checkpoint(path, state)
     return state, start_epoch, _Best(**header["best"])
-
-
-def _assignment_log(strategy: CommStrategy, epoch: int) -> dict[str, Any]:
-    """What a strategy reports about the re-assignment it installed before ``epoch`` (widths
-    per key, solver), if any."""
-    info = strategy.last_update or {}
-    if info.get("epoch", epoch) != epoch:
-        return {}
-    out = {}
-    if "widths" in info:
-        out["widths"] = {
-            k: {str(b): n for b, n in v.items() if n} for k, v in info["widths"].items()
-        }
-    for field in ("projected", "cost_model", "solved_at"):
-        if field in info:
-            out[field] = info[field]
-    if "keys" in info:
-        out["solver"] = {
-            k: {f: v[f] for f in ("status", "solve_seconds", "mip_gap") if f in v}
-            for k, v in info["keys"].items()
-        }
-    return out
 
 
 def _abstract(x):

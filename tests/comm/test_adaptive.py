@@ -27,7 +27,7 @@ from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.shard import GraphShard
-from jaxgraph.train import AdaQP, TrainConfig, train
+from jaxgraph.train import AdaQP, TrainConfig, build_run, train
 
 from graph_cases import directed, random_graph
 from harness import setup_training
@@ -73,7 +73,7 @@ def test_message_weight_is_square_of_sum_or_sum_of_squares(squares):
     rng = np.random.default_rng(3)
     traced = [rng.uniform(0.5, 2.0, m.shape) for m in plan.send_mask]
     traces = {"fwd": [traced, traced], "bwd": [None, traced]}
-    problems = Adaptive(squares=squares).problems(plan, (7, 5), traces)
+    problems = Adaptive(squares=squares).controller(plan, (7, 5)).problems(traces)
     sums = aggregation_scores(plan, "gcn")
     sq = aggregation_scores(plan, "gcn", squares=True)
     for r, (beta, t, m) in enumerate(zip(problems["fwd1"][0], traced, plan.send_mask, strict=True)):
@@ -235,6 +235,39 @@ def test_end_to_end_adaqp_reassigns_and_logs(tmp_path, chunks):
     assert lines[0]["bytes_moved"] == lines[1]["bytes_moved"] > lines[2]["bytes_moved"]
 
 
+def test_the_exchange_stays_a_value_while_its_controller_decides():
+    """Everything AdaQP decides lives in its controller: after a solve ahead of the boundary
+    (lookahead) and its installation, the strategy's attributes and hash are those it was
+    built with, the controller holds the log, and a new controller of the same strategy
+    starts again from the first period's uniform state."""
+    cfg = _adaqp_config(2, method=AdaQP(AssignConfig(lam=0.1, group_size=4, lookahead=1), period=2))
+    run = build_run(cfg, GRAPH)
+    strategy, controller = run.strategy, run.controller
+    built, digest = dict(vars(strategy)), hash(strategy)
+    state = run.state
+    for epoch in range(1, 4):
+        new = controller.update(state.comm_state, epoch=epoch)
+        if new is not None:
+            state = state.replace(comm_state=run.trainer.place_comm_state(new))
+        assert (epoch == 2) == (controller.upcoming(state.comm_state, epoch=epoch) is not None)
+        state, _ = run.trainer.train_step(state, run.shards)
+        jax.block_until_ready(state)
+    assert vars(strategy) == built and hash(strategy) == digest
+    log = controller.log(3)
+    assert log["solved_at"] == 2 and set(log["widths"]) == {"fwd0", "fwd1", "bwd1"}
+
+    def widths(bits):
+        return {
+            int(w)
+            for rounds in bits["fwd"]
+            for b, mask in zip(rounds, run.plan.send_mask, strict=True)
+            for w in np.unique(np.asarray(b)[mask])
+        }
+
+    assert widths(state.comm_state["bits"]) != {8}  # lam = 0.1: some messages left 8 bits
+    assert widths(strategy.controller(run.plan, run.layer_dims).init_state()["bits"]) == {8}
+
+
 @pytest.mark.slow
 def test_adaqp_resume_after_reassignment_reproduces_metrics(tmp_path):
     """A run resumed from a checkpoint taken after a re-assignment (the assignment and the
@@ -268,7 +301,7 @@ def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
     }
     monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
     with pytest.warns(SolverFallbackWarning, match="HIGHS is not installed"):
-        assignment, _ = strategy.solve(plan, dims, traces, previous)
+        assignment, _ = strategy.controller(plan, dims).solve(traces, previous)
     for name in ("fwd", "bwd"):
         for layer in range(2):
             if name == "bwd" and layer == 0:
@@ -318,12 +351,12 @@ def test_frontier_solver_reaches_the_milp_optimum_without_a_mip_solver(monkeypat
         for d in ("fwd", "bwd")
     }
     milp = Adaptive(AssignConfig(lam=0.3, group_size=2, mip_gap=0.0), period=1)
-    _, milp_log = milp.solve(plan, dims, traces, previous)
+    _, milp_log = milp.controller(plan, dims).solve(traces, previous)
     monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
     frontier = Adaptive(AssignConfig(lam=0.3, group_size=2, solver="frontier"), period=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SolverFallbackWarning)
-        assignment, log = frontier.solve(plan, dims, traces, previous)
+        assignment, log = frontier.controller(plan, dims).solve(traces, previous)
     assert set(log["keys"]) == set(milp_log["keys"]) == {"fwd0", "fwd1", "bwd1"}
     for key, info in log["keys"].items():
         assert info["status"] == "optimal" and not info["used_fallback"]
@@ -354,7 +387,7 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
         for d in ("fwd", "bwd")
     }
     previous = BitAssignment.uniform(plan, 2, 4)
-    assignment, log = strategy.solve(plan, dims, traces, previous)
+    assignment, log = strategy.controller(plan, dims).solve(traces, previous)
     used = {w for counts in log["widths"].values() for w, n in counts.items() if n}
     assert used == {2, 4}  # λ 0.5 on log-normal traces trades bits: both widths occur
     other = Adaptive(
@@ -367,11 +400,11 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
         ),
         period=1,
     )
-    _, other_log = other.solve(plan, dims, traces, previous)
+    _, other_log = other.controller(plan, dims).solve(traces, previous)
     for key, info in log["keys"].items():
         assert info["objective"] == pytest.approx(other_log["keys"][key]["objective"], rel=1e-6)
     full = Adaptive(AssignConfig(lam=0.5, group_size=2, solver="frontier"), period=1)
-    _, full_log = full.solve(plan, dims, traces, previous)
+    _, full_log = full.controller(plan, dims).solve(traces, previous)
     assert any(c[8] for c in full_log["widths"].values())  # without the bound, 8 bits occur
     layout = strategy.state_from_assignment(plan, dims, assignment)
     assert all(a.widths == (2, 4) for a in layout["fwd"] + layout["bwd"])

@@ -297,11 +297,12 @@ def test_random_assignment_is_redrawn_each_period():
     counts = a0.width_counts(plan)["fwd0"]
     assert counts[32] == 0 and min(counts[2], counts[4], counts[8]) > 0
     dims = (8, 8)
+    controller = strategy.controller(plan, dims)
     for epoch in (1, 2, 3, 5, 6):
-        assert strategy.update_state(None, epoch=epoch, plan=plan, layer_dims=dims) is None
-    new = strategy.update_state(None, epoch=4, plan=plan, layer_dims=dims)
+        assert controller.update(None, epoch=epoch) is None
+    new = controller.update(None, epoch=4)
     assert jax.tree.structure(new) == jax.tree.structure(bucket_state(plan, a1))
-    assert Quantized(8).update_state(None, epoch=4, plan=plan, layer_dims=dims) is None
+    assert Quantized(8).controller(plan, dims).update(None, epoch=4) is None
 
 
 def test_state_after_epochs_matches_replayed_updates():
@@ -310,9 +311,10 @@ def test_state_after_epochs_matches_replayed_updates():
     plan = _plan(4)
     strategy = Quantized("random", period=2, seed=3)
     dims = (8, 8)
-    state = strategy.init_state(plan, dims)
+    controller = strategy.controller(plan, dims)
+    state = controller.init_state()
     for epoch in range(1, 8):
-        new = strategy.update_state(state, epoch=epoch, plan=plan, layer_dims=dims)
+        new = controller.update(state, epoch=epoch)
         state = state if new is None else new
         expect = strategy.init_state(plan, dims, epoch=epoch)
         assert jax.tree.structure(state) == jax.tree.structure(expect)

@@ -115,7 +115,9 @@ class _NoisyHalo(CommStrategy):
     def __hash__(self):
         return hash(type(self))
 
-    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
         del layer, key
         halo = ring_exchange(h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
         noise_key = jax.random.fold_in(jax.random.key(0), jax.lax.axis_index(axis_name))

@@ -31,8 +31,10 @@ class Fp16Halo(CommStrategy):
     def __hash__(self):
         return hash(type(self))
 
-    def exchange(self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None):
-        del key
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
+        del key, probe
         # h_local: f32[N_local, F] -> halo: f16[H, F] on the wire -> f32[H, F]
         halo = ring_exchange(
             h_local.astype(jnp.float16), shard.send_idx, axis_name=axis_name, num_parts=num_parts
