@@ -77,7 +77,7 @@ def _assert_valid(problem, solution):
 def split(request, monkeypatch):
     """Solve programs whole (the default at these sizes) or force the round-by-round path."""
     if request.param == "by_round":
-        monkeypatch.setattr(assign, "JOINT_MAX_GROUPS", 0)
+        monkeypatch.setattr(assign.solving, "JOINT_MAX_GROUPS", 0)
     return request.param
 
 
@@ -105,13 +105,13 @@ def test_round_by_round_solve_equals_the_joint_program(lam, monkeypatch):
     channels = _random_channels(rng, 4, max_rows=25)
     theta, gamma = _random_costs(rng, 4, unbalanced=True)
     problem, _, _ = _instance(channels, theta, gamma, lam=lam, group_size=3)
-    model = assign._model(problem)
+    model = assign.problem._model(problem)
     assert model.num_rounds == 3 and problem.num_groups >= 30
-    monkeypatch.setattr(assign, "JOINT_MAX_GROUPS", 0)
-    joint, joint_status, _ = assign._milp(problem, model, 60.0, 0.0)
+    monkeypatch.setattr(assign.solving, "JOINT_MAX_GROUPS", 0)
+    joint, joint_status, _ = assign.milp._milp(problem, model, 60.0, 0.0)
     by_round = solve(problem, mip_rel_gap=0.0)
     assert joint_status == "optimal" and by_round.status == "optimal"
-    joint_objective = assign._evaluate(model, joint)[0][0]
+    joint_objective = assign.problem._evaluate(model, joint)[0][0]
     assert by_round.objective == pytest.approx(joint_objective, rel=REL, abs=1e-12)
 
 
@@ -128,12 +128,12 @@ def test_programs_of_one_structure_are_reused_with_new_weights(split):
             for c in problem.channels
         ),
     )
-    assign._PROGRAMS.clear()
+    assign.milp._PROGRAMS.clear()
     first = solve(problem, mip_rel_gap=0.0)
-    cached = dict(assign._PROGRAMS)
-    assert len(cached) == (assign._model(problem).num_rounds if split == "by_round" else 1)
+    cached = dict(assign.milp._PROGRAMS)
+    assert len(cached) == (assign.problem._model(problem).num_rounds if split == "by_round" else 1)
     second = solve(reweighted, mip_rel_gap=0.0)
-    assert assign._PROGRAMS == cached  # no new program was built
+    assert assign.milp._PROGRAMS == cached  # no new program was built
     for p, sol in ((problem, first), (reweighted, second)):
         assert sol.objective == pytest.approx(solve_brute_force(p).objective, rel=REL, abs=1e-12)
     expected = solve_brute_force(reweighted).objective
@@ -350,22 +350,22 @@ def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
 def test_a_round_without_a_solution_keeps_its_fallback_alone(monkeypatch):
     """Solved round by round, a round that finds nothing keeps the previous widths of its
     channels; the other rounds keep their solutions, and the warning names the round."""
-    monkeypatch.setattr(assign, "JOINT_MAX_GROUPS", 0)
+    monkeypatch.setattr(assign.solving, "JOINT_MAX_GROUPS", 0)
     rng = np.random.default_rng(14)
     channels = _random_channels(rng, 4, max_rows=12)
     previous = [np.full(c.beta.size, 2, np.int8) for c in channels]
     theta, gamma = _random_costs(rng, 4, unbalanced=False)
     kwargs = dict(dim=16, theta=theta, gamma=gamma, num_parts=4, lam=0.5, group_size=2)
     solved, _ = assign.assign_bits(channels, **kwargs, fallback=previous, time_limit=5.0)
-    milp, calls = assign._milp, []
+    milp, calls = assign.milp._milp, []
 
     def first_round_fails(problem, part, *args):
         calls.append(part)
         if len(calls) == 1:  # solve() runs the rounds in order: round 1 first
-            raise assign._NoSolution("no integer solution (test)")
+            raise assign.problem._NoSolution("no integer solution (test)")
         return milp(problem, part, *args)
 
-    monkeypatch.setattr(assign, "_milp", first_round_fails)
+    monkeypatch.setattr(assign.solving, "_milp", first_round_fails)
     with pytest.warns(SolverFallbackWarning, match=r"round 1 of the 3 ring rounds.*previous"):
         rows, info = assign.assign_bits(channels, **kwargs, fallback=previous, time_limit=5.0)
     assert len(calls) == 3 and not info["used_fallback"]
@@ -598,7 +598,7 @@ def test_channel_frontier_holds_the_least_variance_at_each_load(seed, widths, di
     var[rng.integers(num_groups)] = 0.0  # a group of zero weight
     per_row = np.where(widths == 32, 32 * dim, widths * dim + 64)
     load = counts[:, None] * per_row[None, :]
-    loads, variances, choice = assign._channel_frontier(var, counts, per_row)
+    loads, variances, choice = assign.frontier._channel_frontier(var, counts, per_row)
     assert np.all(np.diff(loads) > 0) and np.all(np.diff(variances) < 0)
     rows = np.arange(num_groups)
     for k in range(loads.size):
@@ -684,7 +684,7 @@ def test_frontier_bad_input_raises(monkeypatch):
     problem, _, _ = _small_instance(0, lam=0.5)
     with pytest.raises(ValueError, match=r"solver must be one of \('milp', 'frontier'\)"):
         solve(problem, solver="highs")
-    monkeypatch.setattr(assign, "FRONTIER_MAX_POINTS", 1)
+    monkeypatch.setattr(assign.frontier, "FRONTIER_MAX_POINTS", 1)
     with pytest.raises(ValueError, match=r"more than 1 .*solver='milp'"):
         solve(problem, solver="frontier")
 
