@@ -44,11 +44,13 @@ from adaqp_table import data_config  # noqa: E402
 
 from jaxgraph.comm.adaptive import Adaptive, AssignConfig, projected_comm_time  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
-from jaxgraph.comm.quantized import BitAssignment, Quantized, byte_report  # noqa: E402
+from jaxgraph.comm.quantized import Quantized  # noqa: E402
 from jaxgraph.comm.strategy import Vanilla  # noqa: E402
+from jaxgraph.comm.wirebytes import byte_report  # noqa: E402
 from jaxgraph.mesh import make_mesh  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
+from jaxgraph.partition.buckets import BitAssignment  # noqa: E402
 from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train import OptimConfig  # noqa: E402
 from jaxgraph.train.loop import load_graph, make_optimizer  # noqa: E402

@@ -51,9 +51,9 @@ from jaxgraph.comm.adaptive import (  # noqa: E402
 )
 from jaxgraph.comm.assign import SOLVERS  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
-from jaxgraph.comm.quantized import BitAssignment, default_chunks  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
+from jaxgraph.partition.buckets import BitAssignment, default_chunks  # noqa: E402
 from jaxgraph.train import (  # noqa: E402
     AdaQP,
     DataConfig,

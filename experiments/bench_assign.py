@@ -28,9 +28,9 @@ import numpy as np
 from adaqp_table import data_config
 
 from jaxgraph.comm.adaptive import Adaptive, AssignConfig
-from jaxgraph.comm.quantized import BitAssignment
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.partition.buckets import BitAssignment
 from jaxgraph.train.loop import load_graph
 
 

@@ -43,17 +43,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.comm.quantized import (
+from jaxgraph.comm.quantized import quantized_layer_exchange, row_range_variance
+from jaxgraph.comm.strategy import CommStrategy, Controller
+from jaxgraph.mesh import to_host
+from jaxgraph.partition.buckets import (
     QUANT_WIDTHS,
     BitAssignment,
     bucket_state,
     check_chunks,
     check_widths,
-    quantized_layer_exchange,
-    row_range_variance,
 )
-from jaxgraph.comm.strategy import CommStrategy, Controller
-from jaxgraph.mesh import to_host
 from jaxgraph.partition.halo import HaloPlan
 
 NORMS = ("gcn", "mean")
@@ -564,7 +563,7 @@ def _channel_bytes(
 ) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Per exchange key, per ring round: ``(senders, receivers, bytes)`` of the channels that
     carry rows (the cost-model-free part of :func:`projected_comm_time`)."""
-    from jaxgraph.comm.quantized import wire_bytes
+    from jaxgraph.partition.buckets import wire_bytes
 
     p = plan.num_parts
     out = {}

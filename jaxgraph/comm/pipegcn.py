@@ -57,17 +57,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.comm.quantized import (
-    BitAssignment,
-    bucket_state,
-    exchange_bytes,
-    quantized_halo,
-    quantized_halo_gradient,
-    quantized_ring_exchange,
-)
+from jaxgraph.comm.quantized import quantized_halo, quantized_halo_gradient, quantized_ring_exchange
 from jaxgraph.comm.ring import ring_exchange, ring_perm
 from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.comm.wirebytes import exchange_bytes
 from jaxgraph.mesh import to_varying, varying_axes
+from jaxgraph.partition.buckets import BitAssignment, bucket_state
 
 DEFAULT_MOMENTUM = 0.95
 

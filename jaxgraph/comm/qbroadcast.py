@@ -38,7 +38,7 @@ from jaxgraph.comm.broadcast import (
     tree_rounds,
     tree_sends,
 )
-from jaxgraph.comm.quantized import wire_bytes
+from jaxgraph.partition.buckets import wire_bytes
 from pallas_kernels.quantize import dequantize, packed_rows, quantize
 
 BROADCAST_WIDTHS = (2, 4, 8, 32)

@@ -4,15 +4,8 @@ Every halo row that crosses devices travels as 2-, 4- or 8-bit integer codes (or
 "32-bit" width that turns compression off), in the forward pass and, for the gradient rows sent
 back, in the backward pass (Wan et al., MLSys 2023).
 
-**Slots.** Round ``r`` of the ring carries, from each device ``d`` to ``(d + r) mod P``, the
-``S_r`` rows listed in ``HaloPlan.send_idx[r-1][d]``; a *slot* is a position ``s`` in that list.
-A :class:`BitAssignment` gives every real slot a forward and a backward bit-width, indexed by the
-forward sender ``d`` and the slot: ``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]``.
-
-**Buckets.** Per layer, direction, round and bit-width the slots of that width form one bucket,
-in ascending slot order (the wire order of the reference implementation: buckets by ascending
-width, rows in send-list order). A bucket travels as its packed codes and its fp32
-``(scale, lo)`` parameters.
+The bucket layouts the exchange runs on are planned on the host
+(:mod:`jaxgraph.partition.buckets`); their bytes are counted in :mod:`jaxgraph.comm.wirebytes`.
 
 **Wire.** Each device sends one byte buffer per round: its buckets' real bytes back to back, by
 ascending width. ``ppermute`` moves the same shape on every device, so the buffer is padded to
@@ -21,18 +14,6 @@ mixed assignment (one device's rows mostly at 8 bits, another's mostly at 2) wou
 widest mix of every width at once. The offsets differ per device and travel as data
 (each device's bucket sizes), so the program is the same for every device.
 
-**Layout.** Per layer and direction an :class:`ExchangeLayout` in ``comm_state`` (leading axis
-``P``) holds, per width, the rows every device gathers for all rounds at once, where the
-received rows go, and the real bucket sizes of what each device sends and receives. Each width
-is gathered and quantized once, each round's buckets travel as one byte buffer (one
-``ppermute`` per round), and one gather places the received rows in the halo (see
-:func:`_exchange`). In an *exact* layout the padded bucket sizes and the buffer lengths are
-static fields, so a new assignment with new sizes re-jits the step (compiled steps are cached
-by structure and shape). A *chunked* layout (:func:`bucket_state` with ``chunks``) gives every
-width room for every slot and sends each round's buffer as a few gated chunks, as many as the
-round's largest sender fills: its static fields depend on the plan only, so one compiled step
-serves every assignment.
-
 **Backward.** A ``custom_vjp`` sends the halo-row gradients back along the reversed ring, each
 bucket quantized with its backward width, and scatter-adds them into the sender's rows. The
 first layer's input is data, never differentiated, so it has no backward exchange.
@@ -40,8 +21,6 @@ first layer's input is data, never differentiated, so it has no backward exchang
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 from collections.abc import Sequence
 
 import jax
@@ -50,472 +29,34 @@ import numpy as np
 
 from jaxgraph.comm.ring import ring_perm
 from jaxgraph.comm.strategy import CommStrategy, Controller
+from jaxgraph.comm.wirebytes import (  # partly re-exported (__all__)
+    byte_report,
+    chunk_bytes,
+    exchange_bytes,
+    layout_bytes,
+    round_buffer_bytes,
+    round_units,
+)
 from jaxgraph.mesh import to_varying, varying_axes
+from jaxgraph.partition.buckets import (  # partly re-exported (__all__)
+    MAX_CHUNKS,
+    QUANT_WIDTHS,
+    WIDTHS,
+    BitAssignment,
+    ExchangeLayout,
+    block_offsets,
+    bucket_state,
+    check_chunks,
+    check_width,
+    check_widths,
+    codes_per_row_block,
+    default_chunks,
+    piece_bytes,
+    round_buckets,
+    wire_bytes,
+)
 from jaxgraph.partition.halo import HaloPlan
 from pallas_kernels.quantize import dequantize, quantize
-
-WIDTHS = (2, 4, 8, 32)
-QUANT_WIDTHS = (2, 4, 8)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class BitAssignment:
-    """Bit-widths of every halo message, per layer, direction, round and slot.
-
-    Attributes:
-      fwd, bwd: per layer ``l``, per round ``r = 1..P-1``, ``int8[P, S_r]``: the width of the
-        row that device ``d`` sends in slot ``s`` of round ``r`` (forward), and of the gradient
-        row that travels back for that slot (backward). Values in ``{2, 4, 8, 32}``; slots that
-        hold no row (``send_mask`` false) are ignored.
-    """
-
-    fwd: tuple[tuple[np.ndarray, ...], ...]
-    bwd: tuple[tuple[np.ndarray, ...], ...]
-
-    @classmethod
-    def uniform(cls, plan: HaloPlan, num_layers: int, bits: int) -> BitAssignment:
-        """Every message of every layer and direction at ``bits``."""
-        _check_width(bits)
-        rounds = tuple(np.full(m.shape, bits, np.int8) for m in plan.send_mask)
-        return cls(fwd=(rounds,) * num_layers, bwd=(rounds,) * num_layers)
-
-    @classmethod
-    def random(
-        cls,
-        plan: HaloPlan,
-        num_layers: int,
-        rng: np.random.Generator,
-        widths: Sequence[int] = QUANT_WIDTHS,
-    ) -> BitAssignment:
-        """Independent uniform draws from ``widths`` for every message (the random baseline)."""
-        widths = np.asarray(widths, np.int8)
-
-        def draw():
-            return tuple(rng.choice(widths, size=m.shape).astype(np.int8) for m in plan.send_mask)
-
-        return cls(
-            fwd=tuple(draw() for _ in range(num_layers)),
-            bwd=tuple(draw() for _ in range(num_layers)),
-        )
-
-    def digest(self) -> str:
-        h = hashlib.sha1()
-        for direction in (self.fwd, self.bwd):
-            for layer in direction:
-                for a in layer:
-                    h.update(a.tobytes() + bytes(str(a.shape), "ascii"))
-        return h.hexdigest()
-
-    def width_counts(self, plan: HaloPlan) -> dict[str, dict[int, int]]:
-        """Number of real messages per width, per ``"fwd{l}"`` / ``"bwd{l}"``."""
-        out = {}
-        for name, direction in (("fwd", self.fwd), ("bwd", self.bwd)):
-            for layer, rounds in enumerate(direction):
-                vals = [a[m] for a, m in zip(rounds, plan.send_mask, strict=True)]
-                flat = np.concatenate(vals) if vals else np.zeros(0, np.int8)
-                out[f"{name}{layer}"] = {b: int(np.sum(flat == b)) for b in WIDTHS}
-        return out
-
-
-def _check_width(bits: int) -> None:
-    if bits not in WIDTHS:
-        raise ValueError(f"bit-width must be one of {WIDTHS}, got {bits}")
-
-
-def check_widths(widths: Sequence[int]) -> tuple[int, ...]:
-    """A set of candidate widths, validated and sorted: a non-empty subset of
-    :data:`QUANT_WIDTHS` without repeats."""
-    out = tuple(sorted(int(w) for w in widths))
-    if not out or len(set(out)) != len(out) or not set(out) <= set(QUANT_WIDTHS):
-        raise ValueError(
-            f"candidate bit-widths must be distinct values from {QUANT_WIDTHS} (at least one), "
-            f"got {tuple(widths)}"
-        )
-    return out
-
-
-# ---------------------------------------------------------------------- host: buckets
-
-
-def _round_buckets(
-    bits: np.ndarray, mask: np.ndarray, r: int, backward: bool, capacity=None
-) -> dict:
-    """Bucket slots of one round, one direction (host side).
-
-    Returns ``{w: {"send": int32[P, C], "recv": int32[P, C]}}`` for each width ``w`` present,
-    in ascending order: ``send[d]`` are the slots device ``d`` sends, ``recv[d]`` the slots the
-    rows it receives fill, both ``-1`` past the device's own count (``C`` is the largest count
-    over the senders: ``ppermute`` moves the same shape everywhere). With ``capacity`` (a set
-    of widths) every one of those widths has a bucket, of ``C = S_r`` (room for every slot),
-    whatever the assignment: the shapes then depend on the plan only.
-    """
-    num_parts = bits.shape[0]
-    if capacity is not None:
-        used = {int(w) for w in np.unique(bits[mask])}
-        if not used <= set(capacity):
-            raise ValueError(
-                f"round {r}: bit-widths {sorted(used - set(capacity))} are outside the "
-                f"layout's widths {tuple(capacity)}"
-            )
-    out = {}
-    for w in WIDTHS if capacity is None else sorted(capacity):
-        sel = (bits == w) & mask  # [P, S_r], indexed by the forward sender
-        if capacity is None and not sel.any():
-            continue
-        count = mask.shape[1] if capacity is not None else int(sel.sum(axis=1).max())
-        slots = np.full((num_parts, count), -1, np.int32)
-        for d in range(num_parts):
-            s = np.flatnonzero(sel[d])
-            slots[d, : s.size] = s
-        # Forward: the sender d sends its own slots, the receiver d + r fills them.
-        # Backward: the forward receiver d + r sends the gradient rows of those slots back.
-        send, recv = (
-            (np.roll(slots, r, axis=0), slots) if backward else (slots, np.roll(slots, r, axis=0))
-        )
-        out[w] = {"send": send, "recv": recv}
-    return out
-
-
-def round_buckets(plan: HaloPlan, assignment: BitAssignment, capacity=None) -> dict:
-    """Host-side buckets: ``{"fwd"|"bwd": per layer, per round, {width: {"send", "recv"}}}``
-    (see :func:`_round_buckets`); the wire order within a round is ascending width."""
-    out = {}
-    for name, direction in (("fwd", assignment.fwd), ("bwd", assignment.bwd)):
-        out[name] = tuple(
-            tuple(
-                _round_buckets(np.asarray(bits), mask, r, name == "bwd", capacity)
-                for r, (bits, mask) in enumerate(zip(rounds, plan.send_mask, strict=True), 1)
-            )
-            for rounds in direction
-        )
-    return out
-
-
-_PAD = np.iinfo(np.int32).max  # an index past every array: gathers fill 0, scatters drop
-
-
-@dataclasses.dataclass(frozen=True)
-class ExchangeLayout:
-    """Device-side index arrays of one quantized exchange (one layer, one direction).
-
-    The rows of each width, from all rounds, are gathered into one block and quantized once;
-    within the block, round ``r``'s bucket of ``C`` rows is padded to a multiple of
-    ``k = 8 / b`` so that no byte mixes two rounds. The receiver dequantizes each width's block
-    and concatenates the widths in ascending order: ``M`` rows in all.
-
-    Attributes:
-      rows: ``{"b{w}": int32[P, N_w]}``: the rows each device gathers for width ``w`` (forward:
-        local rows; backward: halo rows of the gradient), round by round; padding is ``_PAD``.
-      place: forward ``int32[P, H]``: for each halo slot, its row among the ``M`` received
-        rows (``_PAD`` for slots that hold no row). Backward ``int32[P, M]``: for each received
-        gradient row, the local row it adds into (``_PAD``: padding, dropped).
-      sent, got: ``int32[P, Q]``: per bucket ``q`` (rounds in order, widths ascending within a
-        round, as in ``counts``), the real rows each device sends in it and receives in it;
-        they place the buckets in each device's buffer.
-      counts: static: per round, ``((w, C), ...)``, the widths present and their bucket sizes
-        (``C``: the largest over the senders).
-      round_rows: static: ``(S_1, ..., S_{P-1})``.
-      round_bytes: static: per round, the distinct ``(a, b)`` such that a sender's bytes are
-        ``a * D + b`` for rows of width ``D`` (the layout serves any ``D``); the round's buffer
-        is the largest of them (:func:`round_buffer_bytes`). In a chunked layout, one pair: the
-        capacity of the round (every slot at the widest width).
-      chunks: static: ``0`` for an exact layout, whose bucket sizes and buffer lengths are
-        those of one assignment. ``J >= 1`` for a *chunked* layout: every width of the layout
-        has a bucket with room for every slot of the round (``C = S_r``), the round's buffer
-        is its capacity, and only its first ``n * u`` bytes travel (``u`` = capacity /
-        ``2^J``, ``n`` the units of the round's largest sender, agreed on by a ``pmax``), as
-        ``ppermute`` s of ``2^j u`` bytes for the set bits ``j`` of ``n``, each under a
-        ``lax.cond``. Its static fields depend on the plan only, so one compiled step serves
-        every assignment (see :func:`bucket_state`).
-
-    ``counts``, ``round_bytes`` and ``chunks`` are part of the pytree structure: under exact
-    layouts a new assignment with new sizes compiles a new step (compiled steps are cached by
-    structure and shapes); chunked layouts of one plan share one structure.
-    """
-
-    rows: dict
-    place: np.ndarray
-    sent: np.ndarray
-    got: np.ndarray
-    counts: tuple
-    round_rows: tuple
-    round_bytes: tuple
-    chunks: int = 0
-
-    @property
-    def widths(self) -> tuple[int, ...]:
-        return tuple(sorted({w for rc in self.counts for w, _ in rc}))
-
-
-jax.tree_util.register_dataclass(
-    ExchangeLayout,
-    data_fields=["rows", "place", "sent", "got"],
-    meta_fields=["counts", "round_rows", "round_bytes", "chunks"],
-)
-
-
-def _codes_per_row_block(w: int) -> int:
-    return 8 // w if w < 32 else 1
-
-
-def _block_offsets(counts: tuple, w: int) -> list[int | None]:
-    """Start of each round's bucket of width ``w`` in that width's block (None: absent)."""
-    k = _codes_per_row_block(w)
-    out, pos = [], 0
-    for rc in counts:
-        c = dict(rc).get(w)
-        out.append(None if c is None else pos)
-        pos += 0 if c is None else -(-c // k) * k
-    return out + [pos]
-
-
-def _layout(plan: HaloPlan, buckets: tuple, backward: bool, chunks: int = 0) -> ExchangeLayout:
-    """The :class:`ExchangeLayout` of one layer's buckets (``round_buckets(...)[dir][layer]``;
-    with ``chunks``, buckets built with a ``capacity``)."""
-    num_parts = plan.num_parts
-    counts = tuple(tuple((w, b["send"].shape[1]) for w, b in rb.items()) for rb in buckets)
-    halo_off = plan.halo_offsets()
-    widths = sorted({w for rc in counts for w, _ in rc})
-    offsets = {w: _block_offsets(counts, w) for w in widths}
-    base, total = {}, 0  # start of each width's rows among the M received rows
-    for w in widths:
-        base[w], total = total, total + offsets[w][-1]
-    rows = {w: np.full((num_parts, offsets[w][-1]), _PAD, np.int32) for w in widths}
-    place = np.full((num_parts, total if backward else plan.num_halo_rows), _PAD, np.int32)
-    sent, got, round_bytes = [], [], []
-    for r, rb in enumerate(buckets):
-        send_idx = plan.send_idx[r]  # [P, S_r] local rows of the forward sender
-        for w, b in rb.items():
-            # Real slots come first in a bucket (see `_round_buckets`).
-            sent.append((b["send"] >= 0).sum(axis=1))
-            got.append((b["recv"] >= 0).sum(axis=1))
-            start = offsets[w][r]
-            for d in range(num_parts):
-                send, recv = b["send"][d], b["recv"][d]
-                real = np.flatnonzero(send >= 0)
-                if backward:  # d sends the gradient rows of halo slots it received in round r
-                    rows[w][d, start + real] = halo_off[r] + send[real]
-                else:
-                    rows[w][d, start + real] = send_idx[d, send[real]]
-                real = np.flatnonzero(recv >= 0)
-                pos = base[w] + start + real
-                if backward:  # the gradient rows of d's own forward slots come back
-                    place[d, pos] = send_idx[d, recv[real]]
-                else:
-                    place[d, halo_off[r] + recv[real]] = pos
-        if chunks:
-            round_bytes.append((_capacity(rb, plan.round_rows[r]),))
-        else:
-            round_bytes.append(_bytes_by_dim(rb, sent[len(sent) - len(rb) :]))
-    shape = (num_parts, len(sent))
-    return ExchangeLayout(
-        rows={f"b{w}": a for w, a in rows.items()},
-        place=place,
-        sent=np.stack(sent, axis=1).astype(np.int32) if sent else np.zeros(shape, np.int32),
-        got=np.stack(got, axis=1).astype(np.int32) if got else np.zeros(shape, np.int32),
-        counts=counts,
-        round_rows=tuple(plan.round_rows),
-        round_bytes=tuple(round_bytes),
-        chunks=chunks,
-    )
-
-
-def _capacity(rb: dict, rows: int) -> tuple[int, int]:
-    """``(a, b)``: a sender's bytes in a round of ``rows`` slots are at most ``a * D + b``
-    whatever widths (keys of ``rb``) its rows have (a bucket of ``c`` rows packs into
-    ``ceil(c / k) <= c`` code rows)."""
-    per_row = [(4, 0) if w == 32 else (1, 8) for w in rb]
-    return (
-        rows * max((a for a, _ in per_row), default=0),
-        rows * max((b for _, b in per_row), default=0),
-    )
-
-
-def _bytes_by_dim(rb: dict, sent: list) -> tuple[tuple[int, int], ...]:
-    """The distinct ``(a, b)`` over the senders of one round, where a sender's bytes are
-    ``a * D + b`` (packed code rows times the feature width, plus 8 parameter bytes per
-    quantized row): which sender sends most can depend on ``D``."""
-    per_dev = np.zeros((len(sent[0]) if sent else 0, 2), np.int64)
-    for w, counts in zip(rb, sent, strict=True):
-        per_dev += np.stack(_piece_bytes(counts, 1, w), axis=-1)  # codes scale with D
-    return tuple(sorted({(int(a), int(b)) for a, b in per_dev}))
-
-
-def bucket_state(
-    plan: HaloPlan, assignment: BitAssignment, *, chunks: int = 0, widths=QUANT_WIDTHS
-) -> dict:
-    """The device-side layout of ``assignment``: ``{"fwd"|"bwd": per layer ExchangeLayout}``
-    (leaves ``int32[P, ...]``).
-
-    ``chunks = 0`` sizes every bucket and round buffer for this assignment (a new assignment
-    compiles a new step). ``chunks = J >= 1`` gives a chunked layout (see
-    :class:`ExchangeLayout`) with a bucket for each of ``widths`` in every round: its
-    structure and shapes are the same for every assignment over ``widths``, at the price of
-    quantizing every slot at each width and of padding each round's transfer to a multiple
-    of ``1 / 2^J`` of its capacity."""
-    check_chunks(chunks)
-    capacity = tuple(sorted(widths)) if chunks else None
-    buckets = round_buckets(plan, assignment, capacity)
-    return {
-        name: tuple(_layout(plan, layer, name == "bwd", chunks) for layer in buckets[name])
-        for name in ("fwd", "bwd")
-    }
-
-
-MAX_CHUNKS = 12
-
-
-def default_chunks(backend: str | None = None) -> int:
-    """The layout for changing assignments on ``backend`` (default: JAX's): chunked (``6``,
-    units of 1/64 of a round's capacity) on CPU, exact (``0``) on accelerators.
-
-    On the emulated CPU mesh compiling a step takes the same cores as training, and many
-    times a period's training time on small graphs, so one program for the whole run wins.
-    On accelerators the chunks' collectives, each inside a conditional, could not overlap the
-    central aggregation outside it, while the step of a known next assignment compiles in a
-    host thread as the devices train (``TrainConfig.compile_ahead``)."""
-    return 6 if (backend or jax.default_backend()) == "cpu" else 0
-
-
-def check_chunks(chunks: int) -> None:
-    if not (isinstance(chunks, int | np.integer) and 0 <= chunks <= MAX_CHUNKS):
-        raise ValueError(
-            f"exchange chunks must be an integer in [0, {MAX_CHUNKS}] (0: exact layouts), "
-            f"got {chunks!r}"
-        )
-
-
-def _piece_bytes(rows, dim: int, bits: int):
-    """``(codes, parameters)``: the bytes of ``rows`` rows of width ``dim`` at ``bits`` on the
-    wire -- packed codes (fp32 rows at 32 bits) and their fp32 ``(scale, lo)`` (none at 32
-    bits). ``rows`` may be an int or an integer array (host or device)."""
-    if bits == 32:
-        return rows * dim * 4, rows * 0
-    return -(-rows // _codes_per_row_block(bits)) * dim, 8 * rows
-
-
-def wire_bytes(rows: int, dim: int, bits: int) -> int:
-    """Bytes of one bucket of ``rows`` rows of width ``dim`` at ``bits`` on the wire."""
-    return sum(_piece_bytes(rows, dim, bits))
-
-
-def round_buffer_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
-    """Length of each round's byte buffer for rows of width ``dim``. Exact layout: the largest
-    sender's total (every device sends that many bytes in the round). Chunked layout: the
-    round's capacity rounded up to whole units (:func:`chunk_bytes`); only the units the
-    largest sender fills travel (:func:`round_moved_bytes`)."""
-    if not layout.chunks:
-        return _largest_round_bytes(layout, dim)
-    return tuple(u << layout.chunks for u in chunk_bytes(layout, dim))
-
-
-def _largest_round_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
-    """Per round, the largest ``a * dim + b`` of ``round_bytes``: the largest sender's bytes
-    (exact layout) or the round's capacity (chunked layout)."""
-    return tuple(max((a * dim + b for a, b in rb), default=0) for rb in layout.round_bytes)
-
-
-def chunk_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
-    """Per round, the transfer unit ``u`` of a chunked layout: capacity / ``2^J``, rounded up."""
-    if not layout.chunks:
-        raise ValueError("an exact layout (chunks = 0) has no transfer unit")
-    return tuple(-(-c // (1 << layout.chunks)) for c in _largest_round_bytes(layout, dim))
-
-
-def _sender_bytes(layout: ExchangeLayout, dim: int, sent) -> list:
-    """Per round, the bytes of a sender's buckets in the round's buffer, from its real rows
-    per bucket ``sent`` (``[..., Q]``, host or device) -> per round ``[...]``."""
-    out, q = [], 0
-    for rc in layout.counts:
-        total = 0
-        for w, _ in rc:
-            total = total + sum(_piece_bytes(sent[..., q], dim, w))
-            q += 1
-        out.append(total)
-    return out
-
-
-def round_moved_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
-    """Bytes every device sends in each round (host side). Exact layout: the round's buffer.
-    Chunked layout: the units the round's largest sender fills."""
-    if not layout.chunks:
-        return round_buffer_bytes(layout, dim)
-    totals = _sender_bytes(layout, dim, np.asarray(layout.sent))
-    return tuple(
-        -(-int(np.max(t)) // u) * u if u else 0
-        for t, u in zip(totals, chunk_bytes(layout, dim), strict=True)
-    )
-
-
-def _agreement_bytes(layout: ExchangeLayout, num_parts: int) -> int:
-    """Bytes one device sends for a chunked layout's ``pmax`` of ``int32[R]`` (counted as an
-    all-gather, an upper bound of a ring all-reduce's ``2 (P - 1) / P`` of the vector)."""
-    return (num_parts - 1) * 4 * len(layout.counts) if layout.chunks else 0
-
-
-def layout_bytes(layout: ExchangeLayout, dim: int) -> int:
-    """Bytes one device sends in one exchange with ``layout`` (host side: padded round
-    buffers; for a chunked layout, the units sent and the ``pmax`` that agrees on them)."""
-    if not layout.chunks:  # static: also inside the step
-        return sum(round_buffer_bytes(layout, dim))
-    num_parts = np.asarray(layout.sent).shape[0]
-    return sum(round_moved_bytes(layout, dim)) + _agreement_bytes(layout, num_parts)
-
-
-def _round_units(layout: ExchangeLayout, dim: int, axis_name) -> jax.Array:
-    """Device side, chunked layout: ``int32[R]``, per round the units the largest sender
-    fills, from each device's own bucket sizes by a ``pmax`` -- identical on every device, so
-    it can gate the collectives of :func:`_send_chunks`."""
-    units = np.maximum(np.asarray(chunk_bytes(layout, dim), np.int32), 1)
-    own = jnp.stack([jnp.asarray(t, jnp.int32) for t in _sender_bytes(layout, dim, layout.sent)])
-    return (jax.lax.pmax(own, axis_name) + units - 1) // units
-
-
-def exchange_bytes(layout: ExchangeLayout, dim: int, axis_name, num_parts: int):
-    """Bytes one device sends in one exchange with ``layout``, inside the step: a static
-    count for an exact layout, the units the rounds need (data) for a chunked one."""
-    if not layout.counts:  # no ring rounds (P = 1): nothing moves
-        return jnp.float32(0.0)
-    if not layout.chunks:
-        return jnp.float32(layout_bytes(layout, dim))
-    units = _round_units(layout, dim, axis_name)
-    moved = jnp.sum(units * jnp.asarray(chunk_bytes(layout, dim), jnp.int32))
-    return (moved + _agreement_bytes(layout, num_parts)).astype(jnp.float32)
-
-
-def byte_report(
-    plan: HaloPlan,
-    assignment: BitAssignment,
-    layer_dims: Sequence[int],
-    *,
-    chunks: int = 0,
-    widths=QUANT_WIDTHS,
-) -> dict:
-    """Bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded round buffers,
-    what the collectives carry; see :func:`layout_bytes`), ``bucket_padded`` (what they would
-    carry with every bucket padded to its largest sender, the layout before round buffers) and
-    ``useful`` (real rows only). Layer 0 has no backward exchange. ``chunks`` and ``widths``
-    as in :func:`bucket_state`."""
-    state = bucket_state(plan, assignment, chunks=chunks, widths=widths)
-    p = plan.num_parts
-    out = {}
-    for name in ("fwd", "bwd"):
-        for layer, layout in enumerate(state[name]):
-            if name == "bwd" and layer == 0:
-                continue
-            dim = layer_dims[layer]
-            q = [w for rc in layout.counts for w, _ in rc]  # buckets, in `sent` order
-            largest = np.asarray(layout.sent).max(axis=0, initial=0)  # per bucket
-            out[f"{name}{layer}"] = {
-                "moved": p * layout_bytes(layout, dim),
-                "bucket_padded": p
-                * sum(wire_bytes(int(c), dim, w) for w, c in zip(q, largest, strict=True)),
-                "useful": sum(
-                    wire_bytes(int(n), dim, w) for i, w in enumerate(q) for n in layout.sent[:, i]
-                ),
-            }
-    return out
-
 
 # ---------------------------------------------------------------------- device: exchange
 
@@ -554,14 +95,14 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
             params[w] = params[w].reshape(-1, 8)  # [N, 8]
     lengths = round_buffer_bytes(layout, dim)
     if layout.chunks:
-        units, unit = _round_units(layout, dim, axis_name), chunk_bytes(layout, dim)
-    offsets = {w: _block_offsets(counts, w) for w in layout.widths}
+        units, unit = round_units(layout, dim, axis_name), chunk_bytes(layout, dim)
+    offsets = {w: block_offsets(counts, w) for w in layout.widths}
     received, q = [], 0
     for r, rc in enumerate(counts):
         pieces = []  # (static bytes, real length in bytes)
         for w, c in rc:
-            k, start = _codes_per_row_block(w), offsets[w][r]
-            code_bytes, param_bytes = _piece_bytes(layout.sent[q], dim, w)
+            k, start = codes_per_row_block(w), offsets[w][r]
+            code_bytes, param_bytes = piece_bytes(layout.sent[q], dim, w)
             pieces.append((data[w][start // k : start // k + -(-c // k)].reshape(-1), code_bytes))
             if w < 32:
                 pieces.append((params[w][start : start + c].reshape(-1), param_bytes))
@@ -579,7 +120,7 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     for r, rc in enumerate(counts):
         sizes = []  # per piece: (static bytes, real length in bytes)
         for w, c in rc:
-            static, real = _piece_bytes(c, dim, w), _piece_bytes(layout.got[q], dim, w)
+            static, real = piece_bytes(c, dim, w), piece_bytes(layout.got[q], dim, w)
             sizes.append((static[0], real[0]))  # codes
             if w < 32:
                 sizes.append((static[1], real[1]))  # parameters
@@ -588,13 +129,13 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
         for w, c in rc:
             codes[w].append(next(pieces))
             if w < 32:
-                k = _codes_per_row_block(w)
+                k = codes_per_row_block(w)
                 parameters[w].append(next(pieces))
                 # Rows that pad the bucket to whole bytes carry no parameters on the wire.
                 parameters[w].append(jnp.zeros((8 * (-(-c // k) * k - c),), jnp.uint8))
     blocks = []
     for w in layout.widths:
-        k, n = _codes_per_row_block(w), offsets[w][-1]
+        k, n = codes_per_row_block(w), offsets[w][-1]
         block = jnp.concatenate(codes[w])
         if w == 32:
             rows = jax.lax.bitcast_convert_type(block.reshape(n, dim, 4), jnp.float32)
@@ -796,7 +337,7 @@ class Quantized(CommStrategy):
         widths: Sequence[int] = QUANT_WIDTHS,
     ):
         if bits != "random":
-            _check_width(bits)
+            check_width(bits)
         if period < 1:
             raise ValueError(f"assignment period must be at least 1 epoch, got {period}")
         check_chunks(chunks)
@@ -890,3 +431,30 @@ class RandomWidths(Controller):
         if self._upcoming is None or self._upcoming[0] != boundary:
             self._upcoming = (boundary, self.init_state(epoch=boundary))
         return self._upcoming
+
+
+# The exchange, and the planning and byte-accounting names its users import from here.
+__all__ = [
+    "MAX_CHUNKS",
+    "QUANT_WIDTHS",
+    "WIDTHS",
+    "BitAssignment",
+    "ExchangeLayout",
+    "Quantized",
+    "RandomWidths",
+    "bucket_state",
+    "byte_report",
+    "check_chunks",
+    "check_widths",
+    "chunk_bytes",
+    "default_chunks",
+    "exchange_bytes",
+    "layout_bytes",
+    "quantized_halo",
+    "quantized_halo_gradient",
+    "quantized_layer_exchange",
+    "quantized_ring_exchange",
+    "round_buckets",
+    "row_range_variance",
+    "wire_bytes",
+]

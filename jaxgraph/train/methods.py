@@ -38,9 +38,9 @@ from typing import Any, ClassVar, Literal
 
 from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.pipegcn import DEFAULT_MOMENTUM
-from jaxgraph.comm.quantized import MAX_CHUNKS, QUANT_WIDTHS, check_widths
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.configfile import from_dict
+from jaxgraph.partition.buckets import MAX_CHUNKS, QUANT_WIDTHS, check_widths
 
 # The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
 # attention coefficients are data-dependent and take the mean aggregator's as a proxy.
@@ -93,7 +93,7 @@ def _period(period: int, epochs: int) -> int:
 def _chunks(chunks: int | None) -> int:
     if chunks is not None:
         return chunks
-    from jaxgraph.comm.quantized import default_chunks
+    from jaxgraph.partition.buckets import default_chunks
 
     return default_chunks()
 

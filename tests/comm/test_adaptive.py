@@ -17,15 +17,11 @@ from jaxgraph.comm.adaptive import (
     aggregation_scores,
     projected_comm_time,
 )
-from jaxgraph.comm.quantized import (
-    BitAssignment,
-    bucket_state,
-    quantized_ring_exchange,
-    row_range_variance,
-)
+from jaxgraph.comm.quantized import quantized_ring_exchange, row_range_variance
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.partition.buckets import BitAssignment, bucket_state
 from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train import AdaQP, TrainConfig, build_run, train
 

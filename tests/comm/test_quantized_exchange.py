@@ -6,20 +6,19 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxgraph.comm.quantized import (
-    BitAssignment,
-    Quantized,
-    bucket_state,
-    byte_report,
-    default_chunks,
-    quantized_ring_exchange,
-    round_buckets,
-    wire_bytes,
-)
+from jaxgraph.comm.quantized import Quantized, quantized_ring_exchange
 from jaxgraph.comm.strategy import Vanilla
+from jaxgraph.comm.wirebytes import byte_report
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
+from jaxgraph.partition.buckets import (
+    BitAssignment,
+    bucket_state,
+    default_chunks,
+    round_buckets,
+    wire_bytes,
+)
 from jaxgraph.train import assemble_run
 from pallas_kernels.quantize import dequantize, quantize
 
@@ -405,7 +404,7 @@ def test_chunked_layout_sends_the_largest_sender_rounded_up_to_a_unit():
     round, the largest sender's bytes rounded up to a unit of capacity / 2^J, plus the
     ``pmax`` that agrees on it; rows still arrive where they belong; the step reports those
     bytes."""
-    from jaxgraph.comm.quantized import chunk_bytes, layout_bytes
+    from jaxgraph.comm.wirebytes import chunk_bytes, layout_bytes
 
     plan = _plan(4, "random")
     assignment = _mixed_assignment(plan, [8, 2, 4, 2])

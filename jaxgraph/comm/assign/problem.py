@@ -1,5 +1,4 @@
-"""The assignment problem: channels, groups of rows, the program's model and its evaluation.
-"""
+"""The assignment problem: channels, groups of rows, the program's model and its evaluation."""
 
 from __future__ import annotations
 
