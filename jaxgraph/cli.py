@@ -98,7 +98,8 @@ def _build_parser() -> argparse.ArgumentParser:
     tp.add_argument(
         "--method",
         help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
-        "quant-random, adaqp (adaptive bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>], "
+        "quant-random (quant-<2|4|8|random>-bf16: bfloat16 row parameters), adaqp (adaptive "
+        "bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>], "
         "cagnet[-q<bits>], sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>], "
         "skipg[-<bound>][-w<warmup>][-q<bits>]",
     )
@@ -127,6 +128,11 @@ def _build_parser() -> argparse.ArgumentParser:
         type=int,
         help="adaqp: solve this many epochs before each period boundary, so that the new "
         "step compiles while training continues (default 0: at the boundary)",
+    )
+    tp.add_argument(
+        "--param-dtype",
+        help="quant-<2|4|8>, quant-random: the precision of each quantized row's scale and "
+        "offset on the wire: float32 (default, 8 bytes per row) or bfloat16 (4 bytes)",
     )
     tp.add_argument(
         "--exchange-chunks",
@@ -344,6 +350,7 @@ _METHOD_FLAGS = {
     "exchange_chunks": "chunks",
     "no_compile_ahead": "compile_ahead",
     "widths": "widths",
+    "param_dtype": "param_dtype",
     "score": "score",
     "quantize": "quantize",
     "lam": "assign.lam",
@@ -372,6 +379,7 @@ _FIELD_FLAGS = {
     "quantized.period": "--assign-period",
     "adaqp.chunks": "--exchange-chunks",
     "quantized.chunks": "--exchange-chunks",
+    "quantized.param_dtype": "--param-dtype",
     "adaqp.score": "--score",
     "pipegcn.quantize": "--quantize",
     "cagnet.quantize": "--quantize",
@@ -385,6 +393,13 @@ def _name_flag(message: str) -> str:
     field = message.split(" ", 1)[0]
     flag = _FIELD_FLAGS.get(field)
     return f"{flag} ({field}){message[len(field) :]}" if flag else message
+
+
+def _quantized_taker(field: str) -> str:
+    """The spellings of the quantized method that take ``field``."""
+    from jaxgraph.train.methods import Quantized
+
+    return "quant-random" if field in Quantized._RANDOM_ONLY else "quant-<2|4|8|random>"
 
 
 def _method_with_flags(method, args):
@@ -405,7 +420,7 @@ def _method_with_flags(method, args):
         top, _, sub = field.partition(".")
         if top not in method.options():
             takers = [
-                "quant-random" if key == "quantized" else key
+                _quantized_taker(top) if key == "quantized" else key
                 for key, cls in METHOD_TYPES.items()
                 if top in {f.name for f in dataclasses.fields(cls)}
             ]

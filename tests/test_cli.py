@@ -108,6 +108,9 @@ def test_errors_exit_2_with_message(argv, message, capsys):
         ("vanilla", ["--lam", "0.5"]),
         ("vanilla", ["--widths", "2", "4"]),
         ("quant-4", ["--exchange-chunks", "2"]),
+        ("vanilla", ["--param-dtype", "bfloat16"]),
+        ("quant-32", ["--param-dtype", "bfloat16"]),  # fp32 rows carry no parameters
+        ("sancus-h0.04", ["--param-dtype", "bfloat16"]),
         ("quant-2", ["--assign-period", "5"]),
         ("quant-random", ["--interconnect", "10gbe"]),
         ("quant-random", ["--lookahead", "2"]),

@@ -47,6 +47,7 @@ from jaxgraph.partition.buckets import (  # partly re-exported (__all__)
     block_offsets,
     bucket_state,
     check_chunks,
+    check_param_dtype,
     check_width,
     check_widths,
     codes_per_row_block,
@@ -84,15 +85,17 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     if not layout.widths:  # no rounds (P = 1)
         return jnp.zeros((0, dim), source.dtype)
     data, params = {}, {}
+    pb = layout.param_bytes  # (scale, lo) bytes per row: fp32 or bfloat16
+    param_dtype = jnp.float32 if pb == 8 else jnp.bfloat16
     for w in layout.widths:
         x = jnp.take(source, layout.rows[f"b{w}"], axis=0, mode="fill", fill_value=0)
         if w == 32:
             data[w] = _as_bytes(x.astype(jnp.float32)).reshape(x.shape[0], 4 * dim)
         else:
-            packed, scale, lo = quantize(x, w, jax.random.fold_in(key, w))
+            packed, scale, lo = quantize(x, w, jax.random.fold_in(key, w), param_dtype=param_dtype)
             data[w] = _computed_once(packed, key)  # [N / k, D]
-            params[w] = _as_bytes(jnp.stack([scale, lo], axis=1).astype(jnp.float32))
-            params[w] = params[w].reshape(-1, 8)  # [N, 8]
+            params[w] = _as_bytes(jnp.stack([scale, lo], axis=1).astype(param_dtype))
+            params[w] = params[w].reshape(-1, pb)  # [N, pb]
     lengths = round_buffer_bytes(layout, dim)
     if layout.chunks:
         units, unit = round_units(layout, dim, axis_name), chunk_bytes(layout, dim)
@@ -102,7 +105,7 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
         pieces = []  # (static bytes, real length in bytes)
         for w, c in rc:
             k, start = codes_per_row_block(w), offsets[w][r]
-            code_bytes, param_bytes = piece_bytes(layout.sent[q], dim, w)
+            code_bytes, param_bytes = piece_bytes(layout.sent[q], dim, w, pb)
             pieces.append((data[w][start // k : start // k + -(-c // k)].reshape(-1), code_bytes))
             if w < 32:
                 pieces.append((params[w][start : start + c].reshape(-1), param_bytes))
@@ -120,7 +123,7 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     for r, rc in enumerate(counts):
         sizes = []  # per piece: (static bytes, real length in bytes)
         for w, c in rc:
-            static, real = piece_bytes(c, dim, w), piece_bytes(layout.got[q], dim, w)
+            static, real = piece_bytes(c, dim, w, pb), piece_bytes(layout.got[q], dim, w, pb)
             sizes.append((static[0], real[0]))  # codes
             if w < 32:
                 sizes.append((static[1], real[1]))  # parameters
@@ -132,7 +135,7 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
                 k = codes_per_row_block(w)
                 parameters[w].append(next(pieces))
                 # Rows that pad the bucket to whole bytes carry no parameters on the wire.
-                parameters[w].append(jnp.zeros((8 * (-(-c // k) * k - c),), jnp.uint8))
+                parameters[w].append(jnp.zeros((pb * (-(-c // k) * k - c),), jnp.uint8))
     blocks = []
     for w in layout.widths:
         k, n = codes_per_row_block(w), offsets[w][-1]
@@ -141,7 +144,7 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
             rows = jax.lax.bitcast_convert_type(block.reshape(n, dim, 4), jnp.float32)
         else:
             p = jax.lax.bitcast_convert_type(
-                jnp.concatenate(parameters[w]).reshape(n, 2, 4), jnp.float32
+                jnp.concatenate(parameters[w]).reshape(n, 2, pb // 2), param_dtype
             )
             rows = dequantize(block.reshape(n // k, dim), p[:, 0], p[:, 1], w, n)
         blocks.append(rows.astype(source.dtype))
@@ -325,6 +328,8 @@ class Quantized(CommStrategy):
         never changes, so its layout is always exact.
       widths: the candidate widths of random mode (a subset of :data:`QUANT_WIDTHS`); a
         chunked layout holds a bucket for each, so fewer widths quantize less.
+      param_dtype: the precision of each quantized row's ``(scale, lo)`` on the wire,
+        ``"float32"`` or ``"bfloat16"`` (:data:`~jaxgraph.partition.buckets.PARAM_BYTES`).
     """
 
     def __init__(
@@ -335,6 +340,7 @@ class Quantized(CommStrategy):
         seed: int = 0,
         chunks: int = 0,
         widths: Sequence[int] = QUANT_WIDTHS,
+        param_dtype: str = "float32",
     ):
         if bits != "random":
             check_width(bits)
@@ -344,10 +350,19 @@ class Quantized(CommStrategy):
         self.bits, self.period, self.seed = bits, int(period), int(seed)
         self.chunks = int(chunks) if bits == "random" else 0
         self.widths = check_widths(widths) if bits == "random" else QUANT_WIDTHS
-        self.name = f"quant-{bits}"
+        self.param_dtype = check_param_dtype(param_dtype)
+        self.name = f"quant-{bits}" + ("-bf16" if param_dtype == "bfloat16" else "")
 
     def _key(self):
-        return (type(self), self.bits, self.period, self.seed, self.chunks, self.widths)
+        return (
+            type(self),
+            self.bits,
+            self.period,
+            self.seed,
+            self.chunks,
+            self.widths,
+            self.param_dtype,
+        )
 
     def __eq__(self, other):
         return isinstance(other, Quantized) and other._key() == self._key()
@@ -366,7 +381,13 @@ class Quantized(CommStrategy):
         # After `epoch` completed epochs the state holds the assignment that epoch used.
         period_index = max(epoch - 1, 0) // self.period
         assignment = self.assignment(plan, len(layer_dims), period_index=period_index)
-        return bucket_state(plan, assignment, chunks=self.chunks, widths=self.widths)
+        return bucket_state(
+            plan,
+            assignment,
+            chunks=self.chunks,
+            widths=self.widths,
+            param_dtype=self.param_dtype,
+        )
 
     def controller(self, plan, layer_dims, *, cost=None):
         del cost

@@ -53,7 +53,7 @@ def _sender_bytes(layout: ExchangeLayout, dim: int, sent) -> list:
     for rc in layout.counts:
         total = 0
         for w, _ in rc:
-            total = total + sum(piece_bytes(sent[..., q], dim, w))
+            total = total + sum(piece_bytes(sent[..., q], dim, w, layout.param_bytes))
             q += 1
         out.append(total)
     return out
@@ -114,13 +114,14 @@ def byte_report(
     *,
     chunks: int = 0,
     widths=QUANT_WIDTHS,
+    param_dtype: str = "float32",
 ) -> dict:
     """Bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded round buffers,
     what the collectives carry; see :func:`layout_bytes`), ``bucket_padded`` (what they would
     carry with every bucket padded to its largest sender, the layout before round buffers) and
-    ``useful`` (real rows only). Layer 0 has no backward exchange. ``chunks`` and ``widths``
-    as in :func:`bucket_state`."""
-    state = bucket_state(plan, assignment, chunks=chunks, widths=widths)
+    ``useful`` (real rows only). Layer 0 has no backward exchange. ``chunks``, ``widths`` and
+    ``param_dtype`` as in :func:`bucket_state`."""
+    state = bucket_state(plan, assignment, chunks=chunks, widths=widths, param_dtype=param_dtype)
     p = plan.num_parts
     out = {}
     for name in ("fwd", "bwd"):
@@ -133,9 +134,14 @@ def byte_report(
             out[f"{name}{layer}"] = {
                 "moved": p * layout_bytes(layout, dim),
                 "bucket_padded": p
-                * sum(wire_bytes(int(c), dim, w) for w, c in zip(q, largest, strict=True)),
+                * sum(
+                    wire_bytes(int(c), dim, w, layout.param_bytes)
+                    for w, c in zip(q, largest, strict=True)
+                ),
                 "useful": sum(
-                    wire_bytes(int(n), dim, w) for i, w in enumerate(q) for n in layout.sent[:, i]
+                    wire_bytes(int(n), dim, w, layout.param_bytes)
+                    for i, w in enumerate(q)
+                    for n in layout.sent[:, i]
                 ),
             }
     return out

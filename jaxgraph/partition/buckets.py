@@ -200,6 +200,8 @@ class ExchangeLayout:
         ``a * D + b`` for rows of width ``D`` (the layout serves any ``D``); the round's buffer
         is the largest of them (:func:`round_buffer_bytes`). In a chunked layout, one pair: the
         capacity of the round (every slot at the widest width).
+      param_bytes: static: the bytes of a quantized row's ``(scale, lo)`` on the wire: ``8``
+        (fp32) or ``4`` (bfloat16; :data:`PARAM_BYTES`).
       chunks: static: ``0`` for an exact layout, whose bucket sizes and buffer lengths are
         those of one assignment. ``J >= 1`` for a *chunked* layout: every width of the layout
         has a bucket with room for every slot of the round (``C = S_r``), the round's buffer
@@ -222,6 +224,7 @@ class ExchangeLayout:
     round_rows: tuple
     round_bytes: tuple
     chunks: int = 0
+    param_bytes: int = 8
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -231,8 +234,20 @@ class ExchangeLayout:
 jax.tree_util.register_dataclass(
     ExchangeLayout,
     data_fields=["rows", "place", "sent", "got"],
-    meta_fields=["counts", "round_rows", "round_bytes", "chunks"],
+    meta_fields=["counts", "round_rows", "round_bytes", "chunks", "param_bytes"],
 )
+
+# The precisions a quantized row's (scale, lo) may travel in, and their bytes per row.
+PARAM_BYTES = {"float32": 8, "bfloat16": 4}
+
+
+def check_param_dtype(param_dtype: str) -> str:
+    """``param_dtype`` if it names a precision of :data:`PARAM_BYTES`, else a ValueError."""
+    if param_dtype not in PARAM_BYTES:
+        raise ValueError(
+            f"param_dtype must be one of {', '.join(map(repr, PARAM_BYTES))}, got {param_dtype!r}"
+        )
+    return param_dtype
 
 
 def codes_per_row_block(w: int) -> int:
@@ -250,9 +265,11 @@ def block_offsets(counts: tuple, w: int) -> list[int | None]:
     return out + [pos]
 
 
-def _layout(plan: HaloPlan, buckets: tuple, backward: bool, chunks: int = 0) -> ExchangeLayout:
+def _layout(
+    plan: HaloPlan, buckets: tuple, backward: bool, chunks: int = 0, param_bytes: int = 8
+) -> ExchangeLayout:
     """The :class:`ExchangeLayout` of one layer's buckets (``round_buckets(...)[dir][layer]``;
-    with ``chunks``, buckets built with a ``capacity``)."""
+    with ``chunks``, buckets built with a ``capacity``; ``param_bytes`` per quantized row)."""
     num_parts = plan.num_parts
     counts = tuple(tuple((w, b["send"].shape[1]) for w, b in rb.items()) for rb in buckets)
     halo_off = plan.halo_offsets()
@@ -285,9 +302,9 @@ def _layout(plan: HaloPlan, buckets: tuple, backward: bool, chunks: int = 0) -> 
                 else:
                     place[d, halo_off[r] + recv[real]] = pos
         if chunks:
-            round_bytes.append((_capacity(rb, plan.round_rows[r]),))
+            round_bytes.append((_capacity(rb, plan.round_rows[r], param_bytes),))
         else:
-            round_bytes.append(_bytes_by_dim(rb, sent[len(sent) - len(rb) :]))
+            round_bytes.append(_bytes_by_dim(rb, sent[len(sent) - len(rb) :], param_bytes))
     shape = (num_parts, len(sent))
     return ExchangeLayout(
         rows={f"b{w}": a for w, a in rows.items()},
@@ -298,32 +315,38 @@ def _layout(plan: HaloPlan, buckets: tuple, backward: bool, chunks: int = 0) -> 
         round_rows=tuple(plan.round_rows),
         round_bytes=tuple(round_bytes),
         chunks=chunks,
+        param_bytes=param_bytes,
     )
 
 
-def _capacity(rb: dict, rows: int) -> tuple[int, int]:
+def _capacity(rb: dict, rows: int, param_bytes: int) -> tuple[int, int]:
     """``(a, b)``: a sender's bytes in a round of ``rows`` slots are at most ``a * D + b``
     whatever widths (keys of ``rb``) its rows have (a bucket of ``c`` rows packs into
     ``ceil(c / k) <= c`` code rows)."""
-    per_row = [(4, 0) if w == 32 else (1, 8) for w in rb]
+    per_row = [(4, 0) if w == 32 else (1, param_bytes) for w in rb]
     return (
         rows * max((a for a, _ in per_row), default=0),
         rows * max((b for _, b in per_row), default=0),
     )
 
 
-def _bytes_by_dim(rb: dict, sent: list) -> tuple[tuple[int, int], ...]:
+def _bytes_by_dim(rb: dict, sent: list, param_bytes: int) -> tuple[tuple[int, int], ...]:
     """The distinct ``(a, b)`` over the senders of one round, where a sender's bytes are
-    ``a * D + b`` (packed code rows times the feature width, plus 8 parameter bytes per
+    ``a * D + b`` (packed code rows times the feature width, plus ``param_bytes`` per
     quantized row): which sender sends most can depend on ``D``."""
     per_dev = np.zeros((len(sent[0]) if sent else 0, 2), np.int64)
     for w, counts in zip(rb, sent, strict=True):
-        per_dev += np.stack(piece_bytes(counts, 1, w), axis=-1)  # codes scale with D
+        per_dev += np.stack(piece_bytes(counts, 1, w, param_bytes), axis=-1)  # codes scale with D
     return tuple(sorted({(int(a), int(b)) for a, b in per_dev}))
 
 
 def bucket_state(
-    plan: HaloPlan, assignment: BitAssignment, *, chunks: int = 0, widths=QUANT_WIDTHS
+    plan: HaloPlan,
+    assignment: BitAssignment,
+    *,
+    chunks: int = 0,
+    widths=QUANT_WIDTHS,
+    param_dtype: str = "float32",
 ) -> dict:
     """The device-side layout of ``assignment``: ``{"fwd"|"bwd": per layer ExchangeLayout}``
     (leaves ``int32[P, ...]``).
@@ -333,12 +356,16 @@ def bucket_state(
     :class:`ExchangeLayout`) with a bucket for each of ``widths`` in every round: its
     structure and shapes are the same for every assignment over ``widths``, at the price of
     quantizing every slot at each width and of padding each round's transfer to a multiple
-    of ``1 / 2^J`` of its capacity."""
+    of ``1 / 2^J`` of its capacity. ``param_dtype`` is the precision of each quantized row's
+    ``(scale, lo)`` on the wire (:data:`PARAM_BYTES`)."""
     check_chunks(chunks)
+    param_bytes = PARAM_BYTES[check_param_dtype(param_dtype)]
     capacity = tuple(sorted(widths)) if chunks else None
     buckets = round_buckets(plan, assignment, capacity)
     return {
-        name: tuple(_layout(plan, layer, name == "bwd", chunks) for layer in buckets[name])
+        name: tuple(
+            _layout(plan, layer, name == "bwd", chunks, param_bytes) for layer in buckets[name]
+        )
         for name in ("fwd", "bwd")
     }
 
@@ -366,15 +393,15 @@ def check_chunks(chunks: int) -> None:
         )
 
 
-def piece_bytes(rows, dim: int, bits: int):
+def piece_bytes(rows, dim: int, bits: int, param_bytes: int = 8):
     """``(codes, parameters)``: the bytes of ``rows`` rows of width ``dim`` at ``bits`` on the
-    wire -- packed codes (fp32 rows at 32 bits) and their fp32 ``(scale, lo)`` (none at 32
-    bits). ``rows`` may be an int or an integer array (host or device)."""
+    wire -- packed codes (fp32 rows at 32 bits) and their ``(scale, lo)``, ``param_bytes`` per
+    row (none at 32 bits). ``rows`` may be an int or an integer array (host or device)."""
     if bits == 32:
         return rows * dim * 4, rows * 0
-    return -(-rows // codes_per_row_block(bits)) * dim, 8 * rows
+    return -(-rows // codes_per_row_block(bits)) * dim, param_bytes * rows
 
 
-def wire_bytes(rows: int, dim: int, bits: int) -> int:
+def wire_bytes(rows: int, dim: int, bits: int, param_bytes: int = 8) -> int:
     """Bytes of one bucket of ``rows`` rows of width ``dim`` at ``bits`` on the wire."""
-    return sum(piece_bytes(rows, dim, bits))
+    return sum(piece_bytes(rows, dim, bits, param_bytes))

@@ -40,7 +40,7 @@ from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.pipegcn import DEFAULT_MOMENTUM
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.configfile import from_dict
-from jaxgraph.partition.buckets import MAX_CHUNKS, QUANT_WIDTHS, check_widths
+from jaxgraph.partition.buckets import MAX_CHUNKS, QUANT_WIDTHS, check_param_dtype, check_widths
 
 # The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
 # attention coefficients are data-dependent and take the mean aggregator's as a proxy.
@@ -142,8 +142,12 @@ class Quantized(Method):
         compiled step) for the whole run; 0 exact buffers and a step per draw; ``None`` the
         backend's default (:func:`jaxgraph.comm.quantized.default_chunks`).
       compile_ahead: compile the next draw's step in a thread while the current one trains.
+      param_dtype: the precision of each quantized row's ``(scale, lo)`` on the wire:
+        ``"float32"`` (8 bytes per row) or ``"bfloat16"`` (4; the kernel rounds the parameters
+        first, so the message stays unbiased; :mod:`pallas_kernels.quantize`).
 
-    ``widths``, ``period``, ``chunks`` and ``compile_ahead`` apply to ``bits="random"`` only.
+    ``widths``, ``period``, ``chunks`` and ``compile_ahead`` apply to ``bits="random"`` only;
+    ``param_dtype`` to every width but 32 (fp32 rows carry no parameters).
     """
 
     bits: int | Literal["random"] = 8
@@ -151,6 +155,7 @@ class Quantized(Method):
     period: int = 0
     chunks: int | None = None
     compile_ahead: bool = True
+    param_dtype: str = "float32"
 
     key: ClassVar[str] = "quantized"
     _RANDOM_ONLY: ClassVar[tuple[str, ...]] = ("widths", "period", "chunks", "compile_ahead")
@@ -160,6 +165,15 @@ class Quantized(Method):
             raise ValueError(f"quantized.bits must be 2, 4, 8, 32 or 'random', got {self.bits!r}")
         object.__setattr__(self, "widths", check_widths(self.widths))
         _check_periodic("quantized", self.period, self.chunks)
+        try:
+            check_param_dtype(self.param_dtype)
+        except ValueError as e:
+            raise ValueError(f"quantized.{e}") from None
+        if self.bits == 32 and self.param_dtype != "float32":
+            raise ValueError(
+                "quantized.param_dtype applies to bits 2, 4, 8 or 'random', not to bits=32 "
+                "(fp32 rows carry no scale or offset)"
+            )
         if self.bits != "random":
             defaults = {f.name: f.default for f in dataclasses.fields(self)}
             for name in self._RANDOM_ONLY:
@@ -169,10 +183,12 @@ class Quantized(Method):
                     )
 
     def options(self) -> tuple[str, ...]:
-        return super().options() if self.bits == "random" else ("bits",)
+        if self.bits == "random":
+            return super().options()
+        return ("bits",) if self.bits == 32 else ("bits", "param_dtype")
 
     def label(self) -> str:
-        return f"quant-{self.bits}"
+        return f"quant-{self.bits}" + ("-bf16" if self.param_dtype == "bfloat16" else "")
 
     def exchange_chunks(self) -> int:
         return _chunks(self.chunks) if self.bits == "random" else 0
@@ -181,13 +197,14 @@ class Quantized(Method):
         from jaxgraph.comm.quantized import Quantized as QuantizedExchange
 
         if self.bits != "random":
-            return QuantizedExchange(self.bits, seed=seed)
+            return QuantizedExchange(self.bits, seed=seed, param_dtype=self.param_dtype)
         return QuantizedExchange(
             "random",
             period=_period(self.period, epochs),
             seed=seed,
             chunks=_chunks(self.chunks),
             widths=self.widths,
+            param_dtype=self.param_dtype,
         )
 
 
@@ -475,6 +492,10 @@ def _number(x: float) -> str:
 _NUM = r"(?:inf|\d+(?:\.\d+)?)"
 _GRAMMAR = [
     (re.compile(r"^vanilla$"), lambda g: Vanilla()),
+    (
+        re.compile(r"^quant-(?P<bits>2|4|8|random)-bf16$"),
+        lambda g: Quantized(_bits_or_random(g["bits"]), param_dtype="bfloat16"),
+    ),
     (re.compile(r"^quant-(?P<bits>2|4|8|32)$"), lambda g: Quantized(int(g["bits"]))),
     (re.compile(r"^quant-random$"), lambda g: Quantized("random")),
     (re.compile(r"^adaqp$"), lambda g: AdaQP()),
@@ -529,12 +550,17 @@ def _bits(value) -> int | None:
     return None if value is None else int(value)
 
 
+def _bits_or_random(value: str) -> int | str:
+    return value if value == "random" else int(value)
+
+
 def parse_method(text: str) -> Method:
     """The method a short spelling names.
 
-    ``vanilla``; ``quant-<2|4|8|32|random>``; ``adaqp``; ``pipegcn``, ``pipegcn-sync``,
-    ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8`` sets it), each with an optional
-    ``-q<2|4|8|32>`` (quantized halos); ``cagnet[-q<2|4|8|32>]`` (quantized broadcasts);
+    ``vanilla``; ``quant-<2|4|8|32|random>`` (``-bf16``: bfloat16 row parameters); ``adaqp``;
+    ``pipegcn``, ``pipegcn-sync``, ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8``
+    sets it), each with an optional ``-q<2|4|8|32>`` (quantized halos);
+    ``cagnet[-q<2|4|8|32>]`` (quantized broadcasts);
     ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>|-eclip<threshold>][-q<bits>]`` (``e``: epochs,
     ``a``: adaptive, ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no
     clipping by default; ``-clip`` clips parameter gradients, ``-eclip`` the embedding-gradient
@@ -551,7 +577,8 @@ def parse_method(text: str) -> Method:
         if g is not None:
             return make(g)
     raise ValueError(
-        f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>, adaqp, "
+        f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>[-bf16], "
+        "adaqp, "
         "pipegcn[-sync|-f|-g|-fg][-q<bits>], cagnet[-q<bits>], "
         "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
         "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>][-q<bits>]"

@@ -73,22 +73,26 @@ def _exchange_program(plan, state):
 
 
 @pytest.mark.parametrize(
-    ("num_parts", "bits", "chunks"),
+    ("num_parts", "bits", "chunks", "param_dtype"),
     [
-        (2, 2, 0),
-        (4, 4, 0),
-        (8, 8, 0),
-        (4, "random", 0),
-        (4, "random", 3),  # every width's bucket holds every slot
-        (4, "random-2-4", 3),  # candidate widths 2 and 4 only: a bucket for each of the two
-        pytest.param(8, "random", 0, marks=pytest.mark.slow),
+        (2, 2, 0, "float32"),
+        (4, 4, 0, "float32"),
+        (8, 8, 0, "float32"),
+        (4, "random", 0, "float32"),
+        (4, "random", 3, "float32"),  # every width's bucket holds every slot
+        (4, "random-2-4", 3, "float32"),  # candidate widths 2 and 4 only: a bucket for each
+        (4, "random", 0, "bfloat16"),  # (scale, lo) on the wire as bfloat16
+        (4, "random", 3, "bfloat16"),
+        pytest.param(8, "random", 0, "float32", marks=pytest.mark.slow),
     ],
 )
-def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks):
+def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks, param_dtype):
+    """The receiver holds exactly the kernel's ``dequantize(quantize(rows))`` of the sender's
+    bucket rows, with the sender's key, at every width and in either parameter precision."""
     plan = _plan(num_parts, "random")
     widths = (2, 4) if bits == "random-2-4" else (2, 4, 8)
     bits = "random" if bits == "random-2-4" else bits
-    strategy = Quantized(bits, seed=1, chunks=chunks, widths=widths)
+    strategy = Quantized(bits, seed=1, chunks=chunks, widths=widths, param_dtype=param_dtype)
     state = strategy.init_state(plan, (3,))
     x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
     x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
@@ -99,7 +103,11 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks):
     # Simulate the sender on the host: per width, the round buckets (each padded with zero rows
     # to a multiple of k = 8 / b) concatenated in round order and quantized with one key.
     offsets = np.cumsum([0, *plan.round_rows])
-    quant = jax.jit(lambda x, w, k: dequantize(*quantize(x, w, k), w, x.shape[0]), static_argnums=1)
+    dtype = jnp.dtype(param_dtype)
+    quant = jax.jit(
+        lambda x, w, k: dequantize(*quantize(x, w, k, param_dtype=dtype), w, x.shape[0]),
+        static_argnums=1,
+    )
     capacity = widths if chunks else None
     buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["fwd"][0]
     if chunks:  # the layout's buckets: exactly the candidate widths
@@ -126,11 +134,16 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks):
                 real = slots >= 0
                 got = halo[d, offsets[r - 1] + slots[real]]
                 np.testing.assert_array_equal(got, expect[start : start + count][real])
-    # Routing: every real halo slot is within one quantization step of its node's row; rows
-    # of different nodes differ by at least 10, so a misrouted row cannot pass.
+    # Every real halo slot is within one quantization step of its node's row: Δ of a 2-bit
+    # code on a row of range 2 (rows of different nodes differ by at least 10, so a misrouted
+    # row cannot pass). With bfloat16 parameters lo is rounded down by up to its bf16 ulp
+    # (|lo| / 128) and the scale truncated (relative 2^-7), which widens the step to
+    # (2 + |lo| / 128) / 3 * (1 + 2^-7).
     expect = plan.halo_nodes[..., None] * 10.0 + np.arange(3)
     err = np.abs(halo - expect)[plan.halo_mask]
-    assert err.max() <= 2.0 / 3.0 + 1e-5  # Δ of a 2-bit code on a row of range 2
+    lo = (plan.halo_nodes * 10.0)[plan.halo_mask][:, None]
+    step = 2.0 / 3.0 if param_dtype == "float32" else (2.0 + lo / 128) / 3 * (1 + 2**-7)
+    assert np.all(err <= step + 1e-5)
 
 
 def _row_delta(rows, bits):
@@ -234,6 +247,43 @@ def test_reported_bytes_match_static_report(bits):
         assert float(mv["bytes_moved"]) == float(metrics["bytes_moved"])
     for v in report.values():
         assert 0 < v["useful"] <= v["moved"]
+
+
+def test_bfloat16_parameters_halve_the_parameter_bytes():
+    """With bfloat16 ``(scale, lo)`` every quantized row carries 4 parameter bytes instead of
+    8: the real bytes of each exchange drop by exactly 4 per row sent, the step reports what
+    the static report counts, and the loss stays within the quantization noise of fp32
+    parameters (the kernel keeps the message unbiased)."""
+    plan = _plan(4)
+    dims = (GRAPH.num_features, 8)
+    assignment = BitAssignment.uniform(plan, 2, 4)
+    fp32 = byte_report(plan, assignment, dims)
+    bf16 = byte_report(plan, assignment, dims, param_dtype="bfloat16")
+    rows = int(sum(m.sum() for m in plan.send_mask))  # real rows per exchange, whole mesh
+    for key in fp32:
+        assert fp32[key]["useful"] - bf16[key]["useful"] == 4 * rows
+        assert bf16[key]["moved"] < fp32[key]["moved"]
+    trainer, shards, state = _trainer(Quantized(4, param_dtype="bfloat16"), plan)
+    _, metrics = trainer.train_step(state, shards)
+    assert float(metrics["bytes_moved"]) == sum(v["moved"] for v in bf16.values())
+    with pytest.raises(ValueError, match="param_dtype must be one of 'float32', 'bfloat16'"):
+        Quantized(4, param_dtype="float16")
+
+
+def test_bfloat16_parameters_change_nothing_at_32_bits():
+    """fp32 rows carry no parameters: at 32 bits a layout built for bfloat16 parameters moves
+    the same bytes and delivers the same rows, bit for bit."""
+    plan = _plan(4, "random")
+    a = BitAssignment.uniform(plan, 1, 32)
+    exact = bucket_state(plan, a)
+    bf16 = bucket_state(plan, a, param_dtype="bfloat16")
+    x = np.random.default_rng(0).normal(size=(4, plan.num_local_rows, 5)).astype(np.float32)
+    halos = [
+        np.asarray(_exchange_program(plan, s)(x, s["fwd"][0], s["bwd"][0], jax.random.key(2)))
+        for s in (exact, bf16)
+    ]
+    np.testing.assert_array_equal(halos[0], halos[1])
+    assert byte_report(plan, a, (5,)) == byte_report(plan, a, (5,), param_dtype="bfloat16")
 
 
 def _assert_rows_arrive(plan, state):

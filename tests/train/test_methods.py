@@ -215,3 +215,32 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
     assert main(["train", "--dataset", "nope", "--method", "adaqp", "--quantize", "4"]) == 2
     err = capsys.readouterr().err
     assert "--quantize applies to --method pipegcn or cagnet or sancus or skipg only, not " in err
+
+
+def test_quantized_param_dtype_spelling_config_and_flag(capsys):
+    """bfloat16 row parameters: ``-bf16`` on a quantized spelling, ``param_dtype`` in the
+    config section, ``--param-dtype`` on the command line; a wrong value names the field."""
+    from jaxgraph.cli import main
+    from jaxgraph.comm.quantized import Quantized as QuantizedExchange
+
+    for text, method in (
+        ("quant-4-bf16", Quantized(4, param_dtype="bfloat16")),
+        ("quant-random-bf16", Quantized("random", param_dtype="bfloat16")),
+    ):
+        assert parse_method(text) == method and method.label() == text
+    section = {"quantized": {"bits": 2, "param_dtype": "bfloat16"}}
+    assert method_from_dict(section).strategy(epochs=1) == QuantizedExchange(
+        2, param_dtype="bfloat16"
+    )
+    assert QuantizedExchange(2, param_dtype="bfloat16") != QuantizedExchange(2)
+    with pytest.raises(ValueError, match="quantized.param_dtype must be one of"):
+        Quantized(4, param_dtype="float16")
+    with pytest.raises(ValueError, match="unknown method 'quant-32-bf16'"):
+        parse_method("quant-32-bf16")
+    argv = ["train", "--dataset", "nope", "--method", "quant-4", "--param-dtype"]
+    assert main([*argv, "fp16"]) == 2
+    err = capsys.readouterr().err
+    assert "--param-dtype (quantized.param_dtype) must be one of 'float32', 'bfloat16'" in err
+    assert main([*argv, "bfloat16"]) == 2  # taken: the missing dataset is what stops the run
+    err = capsys.readouterr().err
+    assert "unknown dataset 'nope'" in err and "param" not in err
