@@ -156,7 +156,9 @@ def blogcatalog(args, mesh, results):
 
     runs = {}
     for name, cfg in _configs(args).items():
-        res = embed(g, cfg, mesh, snapshot_rounds=tuple(range(cfg.rounds)))
+        res = embed(
+            cfg.replace(parts=mesh.size), g, mesh=mesh, snapshot_rounds=tuple(range(cfg.rounds))
+        )
         nc = ev.node_classification(res.syn0, g.labels, train_ratios=ratios, shuffles=args.shuffles)
         runs[name] = (res, nc, quality_curve(res, micro50))
     base, _, base_curve = runs[args.walker]
@@ -251,7 +253,12 @@ def _astroph_one(args, g, mesh) -> list[dict]:
     runs = {}
     for name, cfg in _configs(args).items():
         cfg = cfg.replace(rounds=args.lp_rounds)
-        res = embed(split.train_graph, cfg, mesh, snapshot_rounds=tuple(range(cfg.rounds)))
+        res = embed(
+            cfg.replace(parts=mesh.size),
+            split.train_graph,
+            mesh=mesh,
+            snapshot_rounds=tuple(range(cfg.rounds)),
+        )
         runs[name] = (res, quality_curve(res, auc))
     base, base_curve = runs[args.walker]
     target = base_curve[-1]

@@ -46,7 +46,7 @@ def sweep_config(args, seed, rounds):
 
 def run_one(train, score, cfg, mesh, dim):
     t0 = time.perf_counter()
-    res = embed(train, cfg, mesh)
+    res = embed(cfg.replace(parts=mesh.size), train, mesh=mesh)
     rows = sum(r.sync_rows for r in res.rounds)
     return {
         "quality": score(res.syn0),
@@ -180,7 +180,7 @@ def main():
 
         cfg = sweep_config(args, seed, args.rounds if classify else args.lp_rounds)
         if seed == args.seeds[0]:  # compile outside the recorded runs
-            embed(train, cfg, mesh)
+            embed(cfg.replace(parts=mesh.size), train, mesh=mesh)
         runs[(seed, *ALLSYNC)] = run_one(train, score, cfg, mesh, args.dim)
         for counts, full_every, num_rows in settings:
             options = {

@@ -39,9 +39,24 @@ def _cpu_devices(args) -> int:
         if args.cpu_devices < 1:
             raise SystemExit(f"--cpu-devices must be >= 1, got {args.cpu_devices}")
         return args.cpu_devices
-    if args.command == "embed" and args.parts == 1:
+    if args.command == "embed" and _embed_parts(args) == 1:
         return 1
     return 8
+
+
+def _embed_parts(args) -> int:
+    """The devices of an embedding run, before JAX starts: ``--parts``, else the config
+    file's ``parts`` (an unreadable file is reported later, with the other options)."""
+    if args.parts is not None:
+        return args.parts
+    if args.config is not None:
+        from jaxgraph.configfile import read_config_file
+
+        try:
+            return read_config_file(args.config).get("parts", 1)
+        except ValueError:
+            return 1
+    return 1
 
 
 def num_rows_arg(text: str) -> int | float:
@@ -176,7 +191,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     ep = sub.add_parser("embed", help="random-walk node embedding (FeLoG, DeepWalk, node2vec)")
     ep.add_argument("--dataset", help="bundled dataset (default blogcatalog), or 'sbm'")
-    ep.add_argument("--nodes", type=int, default=2000, help="size of the 'sbm' graph")
+    ep.add_argument("--nodes", type=int, help="size of the 'sbm' graph (default 2000)")
     ep.add_argument(
         "--config",
         help="a .json or .toml EmbedConfig (every setting, FaBC and the pipeline included); "
@@ -264,8 +279,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "below 1 (default: one per equal-count block); random: as many rows (default: as many "
         "as hotspot)",
     )
-    ep.add_argument("--parts", type=int, default=1)
-    ep.add_argument("--seed", type=int, default=0)
+    ep.add_argument("--parts", type=int, help="devices to train on (default 1)")
+    ep.add_argument("--seed", type=int, help="seeds walks, pairs and the evaluation (default 0)")
     ep.add_argument("--task", default="auto", help="auto, lp, nc or none")
     ep.add_argument("--train-ratios", default="0.1,0.5,0.9")
     ep.add_argument("--shuffles", type=int, default=2)

@@ -57,6 +57,62 @@ METHODS = ("felog", "deepwalk", "node2vec")
 
 
 @dataclasses.dataclass(frozen=True)
+class EmbedData:
+    """Which graph to embed.
+
+    ``name`` is a bundled dataset (default ``blogcatalog``) or ``sbm`` (a labelled
+    degree-corrected SBM of ``num_nodes`` nodes); ``graph`` is a file or directory of the
+    user's own instead (:func:`jaxgraph.data.read_graph`: PyG ``.npz``, an edge list, a SciPy
+    ``.npz``, an OGB directory), read in ``format`` (default: from the file), with
+    ``features`` and ``labels`` files beside an edge list; ``directed`` must be given where
+    the file cannot say.
+    """
+
+    name: str | None = None
+    graph: str | None = None
+    format: str | None = None
+    directed: bool | None = None
+    features: str | None = None
+    labels: str | None = None
+    num_nodes: int = 2000
+
+    def __post_init__(self):
+        n = self.num_nodes
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ValueError(f"num_nodes must be an integer >= 1, got {n!r}")
+        if self.graph is None:
+            for name in ("format", "directed", "features", "labels"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} applies to a graph file (data.graph) only")
+        elif self.name is not None:
+            raise ValueError(
+                f"name ({self.name!r}) and graph ({self.graph!r}) name two graphs; give one"
+            )
+
+
+def load_embed_graph(data: EmbedData, *, seed: int = 0) -> Graph:
+    """The graph ``data`` names: the user's file (its node ids kept in ``Graph.ids``; what
+    reading changed or assumed is logged on the ``jaxgraph`` logger), a bundled dataset, or an
+    ``sbm`` graph drawn from ``seed``."""
+    if data.graph is None:
+        return load_embedding_graph(data.name or "blogcatalog", num_nodes=data.num_nodes, seed=seed)
+    import logging
+
+    from jaxgraph.data import read_graph
+
+    graph, notes = read_graph(
+        data.graph,
+        format=data.format,
+        directed=data.directed,
+        features=data.features,
+        labels=data.labels,
+    )
+    for note in notes:
+        logging.getLogger("jaxgraph").info("%s", note)
+    return graph
+
+
+@dataclasses.dataclass(frozen=True)
 class EmbedConfig:
     """One embedding run.
 
@@ -77,6 +133,8 @@ class EmbedConfig:
         the sequential loop with no lag (each round walks from the previous round's feedback).
       health: the healthy range of a round's loss per pair and largest row norm, and whether a
         round outside it warns or ends the run (:mod:`jaxgraph.embed.health`).
+      data: the graph to embed when :func:`embed` is given none (:class:`EmbedData`).
+      parts: the number of devices the run trains on (a 1-D mesh of the first ``parts``).
     """
 
     method: Method = "felog"
@@ -89,6 +147,8 @@ class EmbedConfig:
     sync: TableSync | None = None
     pipeline: PipelineConfig | None = None
     health: HealthCheck = HealthCheck()
+    data: EmbedData = EmbedData()
+    parts: int = 1
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -106,6 +166,9 @@ class EmbedConfig:
             )
         if self.seed < 0:
             raise ValueError(f"seed must be non-negative, got {self.seed}")
+        p = self.parts
+        if isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 1:
+            raise ValueError(f"parts must be an integer >= 1, got {p!r}")
 
     @property
     def uses_feedback(self) -> bool:
@@ -127,7 +190,8 @@ class EmbedConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EmbedConfig:
         """An :class:`EmbedConfig` from tables: ``method``, ``rounds``, ``seed``; sections
-        ``walk``, ``sgns``, ``feedback``, ``health``; ``compress`` and ``pipeline`` (present:
+        ``walk``, ``sgns``, ``feedback``, ``health``, ``data`` (the graph) and ``parts``;
+        ``compress`` and ``pipeline`` (present:
         FaBC on / the given schedule); ``sync`` as ``{"hotspot" | "random" | "all": fields}``.
         Fields left out keep :class:`EmbedConfig`'s defaults (DeepWalk's published settings).
 
@@ -258,10 +322,10 @@ class EmbedResult:
 
 
 def embed(
-    graph: Graph,
     config: EmbedConfig,
-    mesh: Mesh,
+    graph: Graph | None = None,
     *,
+    mesh: Mesh | None = None,
     log=None,
     snapshot_rounds: tuple[int, ...] = (),
     checkpoint_dir: str | Path | None = None,
@@ -272,9 +336,11 @@ def embed(
     The rounds run on the schedule of ``config.pipeline`` (:mod:`jaxgraph.embed.pipeline`).
 
     Args:
-      graph: the graph (walks follow out-edges).
       config: :class:`EmbedConfig`.
-      mesh: a 1-D mesh; every device trains on its share of the walks.
+      graph: the graph (walks follow out-edges); ``None`` loads ``config.data``
+        (:func:`load_embed_graph`).
+      mesh: a 1-D mesh of ``config.parts`` devices; every device trains on its share of the
+        walks. ``None``: the first ``config.parts`` devices.
       log: optional callable receiving each :class:`RoundLog` as it completes.
       snapshot_rounds: rounds after which to keep a copy of the input vectors (to measure
         quality against time; the copies are not timed).
@@ -287,7 +353,8 @@ def embed(
       :class:`EmbedResult`.
 
     Raises:
-      ValueError: the graph has no edge (no walk can train anything).
+      ValueError: the graph has no edge (no walk can train anything), or ``mesh`` does not
+        have ``config.parts`` devices.
       CheckpointError: a checkpoint in ``checkpoint_dir`` is corrupt or from another run.
     """
     if jax.process_count() > 1:
@@ -300,6 +367,17 @@ def embed(
             )
         if checkpoint_dir is not None:
             raise ValueError("checkpoints of multi-process embedding runs are not supported")
+    if mesh is None:
+        from jaxgraph.mesh import make_mesh
+
+        mesh = make_mesh(config.parts)
+    elif mesh.size != config.parts:
+        raise ValueError(
+            f"the mesh has {mesh.size} devices but config.parts is {config.parts}; "
+            "set parts to the mesh's size (or pass no mesh)"
+        )
+    if graph is None:
+        graph = load_embed_graph(config.data, seed=config.seed)
     csr = out_csr(graph)
     active = initial_active_set(csr[0])
     if active.size == 0:
@@ -454,6 +532,8 @@ _OPTIONS = {
     "max_norm": ("health", "max_norm"),
     "rounds": (None, "rounds"),
     "seed": (None, "seed"),
+    "parts": (None, "parts"),
+    "nodes": ("data", "num_nodes"),
 }
 PRESETS = ("published", "cpu")
 
@@ -515,6 +595,7 @@ def _name_option(message: str, section: str | None) -> str:
 
 def _config_from_args(args) -> EmbedConfig:
     cfg = _base_config(args)
+    cfg = cfg.replace(data=_data_from_args(args, cfg.data))
     method = cfg.method
     if method == "deepwalk" and args.walker not in (None, "deepwalk"):
         raise ValueError("--walker applies to --method felog only")
@@ -555,6 +636,25 @@ def _config_from_args(args) -> EmbedConfig:
     return cfg.replace(sync=sync)
 
 
+_GRAPH_FILE_OPTIONS = ("format", "directed", "features", "labels")
+
+
+def _data_from_args(args, data: EmbedData) -> EmbedData:
+    """The config's graph with ``--dataset`` or ``--graph`` (and the file's companions) in
+    place of its own: either option replaces the file's choice of graph."""
+    if args.dataset is not None and args.graph is not None:
+        raise ValueError("give --dataset or --graph, not both")
+    companions = {o: getattr(args, o) for o in _GRAPH_FILE_OPTIONS}
+    companions = {o: v for o, v in companions.items() if v is not None}
+    if args.dataset is not None:
+        data = EmbedData(name=args.dataset, num_nodes=data.num_nodes)
+    elif args.graph is not None:
+        data = EmbedData(graph=args.graph, num_nodes=data.num_nodes)
+    if companions and data.graph is None:
+        raise ValueError(f"--{next(iter(companions))} applies to a graph file (--graph PATH) only")
+    return dataclasses.replace(data, **companions)
+
+
 def _base_config(args) -> EmbedConfig:
     """The config the options apply to: ``--config FILE``'s, else ``--preset``'s (default
     ``published``); ``--method`` replaces the file's method (and its walker with the one the
@@ -575,10 +675,6 @@ def _check_run_options(args) -> tuple[str, tuple[float, ...], Path | None]:
     any work: ``(task, train ratios, output directory)``."""
     if args.task not in ("auto", "lp", "nc", "none"):
         raise ValueError(f"--task must be auto, lp, nc or none, got {args.task!r}")
-    if args.parts < 1:
-        raise ValueError(f"--parts must be an integer >= 1, got {args.parts}")
-    if args.nodes < 1:
-        raise ValueError(f"--nodes must be an integer >= 1, got {args.nodes}")
     if args.shuffles < 1:
         raise ValueError(f"--shuffles must be an integer >= 1, got {args.shuffles}")
     try:
@@ -600,33 +696,6 @@ def _check_run_options(args) -> tuple[str, tuple[float, ...], Path | None]:
     return args.task, ratios, out
 
 
-def _load_graph(args) -> Graph:
-    """``--graph PATH`` (its node ids kept), or ``--dataset`` (default blogcatalog)."""
-    if args.graph is None:
-        for opt in ("format", "features", "labels", "directed"):
-            if getattr(args, opt) is not None:
-                raise ValueError(f"--{opt} applies to a graph file (--graph PATH) only")
-        return load_embedding_graph(
-            args.dataset or "blogcatalog", num_nodes=args.nodes, seed=args.seed
-        )
-    if args.dataset is not None:
-        raise ValueError("give --dataset or --graph, not both")
-    import logging
-
-    from jaxgraph.data import read_graph
-
-    graph, notes = read_graph(
-        args.graph,
-        format=args.format,
-        directed=args.directed,
-        features=args.features,
-        labels=args.labels,
-    )
-    for note in notes:
-        logging.getLogger("jaxgraph").info("%s", note)
-    return graph
-
-
 def run_cli(args) -> dict[str, Any]:
     """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
 
@@ -637,11 +706,10 @@ def run_cli(args) -> dict[str, Any]:
     """
     from jaxgraph.distributed import is_primary
     from jaxgraph.embed import evaluate as ev
-    from jaxgraph.mesh import make_mesh
 
     cfg = config_from_args(args)
     task, ratios, out = _check_run_options(args)
-    graph = _load_graph(args)
+    graph = load_embed_graph(cfg.data, seed=cfg.seed)
     if graph.num_edges == 0:
         raise ValueError(f"graph {graph.name!r} has no edges: nothing to walk on")
     if task == "auto":
@@ -651,9 +719,8 @@ def run_cli(args) -> dict[str, Any]:
     split = None
     train_graph = graph
     if task == "lp":
-        split = ev.link_prediction_split(graph, 0.5, seed=args.seed)
+        split = ev.link_prediction_split(graph, 0.5, seed=cfg.seed)
         train_graph = split.train_graph
-    mesh = make_mesh(args.parts)
 
     def progress(r: RoundLog):
         if not args.quiet:
@@ -664,7 +731,7 @@ def run_cli(args) -> dict[str, Any]:
                 flush=True,
             )
 
-    result = embed(train_graph, cfg, mesh, log=progress)
+    result = embed(cfg, train_graph, log=progress)
     evaluation: dict[str, Any] = {"task": task}
     if task == "lp":
         # The headline is the dot product, the score that DeepWalk, GraphVite and
@@ -678,15 +745,15 @@ def run_cli(args) -> dict[str, Any]:
             evaluation["retrieval"] = ev.edge_retrieval(result.syn0, split)
     elif task == "nc":
         nc = ev.node_classification(
-            result.syn0, graph.labels, train_ratios=ratios, shuffles=args.shuffles, seed=args.seed
+            result.syn0, graph.labels, train_ratios=ratios, shuffles=args.shuffles, seed=cfg.seed
         )
         evaluation["node_classification"] = {str(k): v for k, v in nc.items()}
         if args.retrieval:
-            evaluation["retrieval"] = ev.label_retrieval(result.syn0, graph.labels, seed=args.seed)
+            evaluation["retrieval"] = ev.label_retrieval(result.syn0, graph.labels, seed=cfg.seed)
     summary = {
         "dataset": graph.name,
         "method": cfg.method,
-        "parts": args.parts,
+        "parts": cfg.parts,
         **result.summary(),
         "evaluation": evaluation,
     }

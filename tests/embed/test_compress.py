@@ -29,7 +29,6 @@ from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.walks import PAD, WalkConfig, Walks, random_walks
-from jaxgraph.mesh import make_mesh
 
 from graph_cases import power_law
 
@@ -371,12 +370,11 @@ def test_embedding_is_identical_with_compression_on_and_off():
         rounds=2,
         seed=4,
     )
-    mesh = make_mesh(2)
-    off = embed(g, base, mesh)
-    on = embed(g, base.replace(compress=FabcConfig(k=2)), mesh)
+    off = embed(base.replace(parts=2), g)
+    on = embed(base.replace(compress=FabcConfig(k=2)).replace(parts=2), g)
     # Pairs built on the devices from the walks decoded there: nothing else crosses.
     device = base.replace(sgns=dataclasses.replace(base.sgns, pairs="device"))
-    on_device = embed(g, device.replace(compress=FabcConfig(k=2)), mesh)
+    on_device = embed(device.replace(compress=FabcConfig(k=2)).replace(parts=2), g)
     for run in (on, on_device):
         np.testing.assert_array_equal(run.syn0, off.syn0)
         np.testing.assert_array_equal(run.syn1, off.syn1)

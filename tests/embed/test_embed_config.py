@@ -10,7 +10,13 @@ import pytest
 from jaxgraph.cli import main
 from jaxgraph.embed.compress import FabcConfig
 from jaxgraph.embed.pipeline import PipelineConfig
-from jaxgraph.embed.run import EmbedConfig, load_embed_config
+from jaxgraph.embed.run import (
+    EmbedConfig,
+    EmbedData,
+    embed,
+    load_embed_config,
+    load_embed_graph,
+)
 from jaxgraph.embed.skipgram import AllSync, SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync, RandomSync
 from jaxgraph.embed.walks import WalkConfig
@@ -44,6 +50,7 @@ def test_example_file_and_defaults():
     assert cfg.pipeline == PipelineConfig(mode="sequential")
     assert cfg.sync == HotspotSync(counts="pending", num_rows=0.068, full_every=32)
     assert cfg.feedback.mu == 0.7 and cfg.walk.walks_per_node == 1
+    assert cfg.data == EmbedData(name="ca-astroph") and cfg.parts == 2
     assert EmbedConfig.from_dict({"sgns": {"dim": 8}}).sgns == SkipGramConfig(
         dim=8, lr_schedule="global"
     )
@@ -95,3 +102,57 @@ def test_cli_reads_the_file_and_options_override_it(tmp_path, capsys):
     assert np.load(out / "embedding.npy").shape == (60, 8)
     assert main([*argv, "--config", str(config), "--preset", "cpu"]) == 2
     assert "give --preset or --config, not both" in capsys.readouterr().err
+
+
+TINY = (
+    'method = "deepwalk"\nrounds = 1\nparts = 2\n[data]\nname = "sbm"\nnum_nodes = 120\n'
+    "[walk]\nwalk_length = 8\n[sgns]\ndim = 8\nwindow = 3\nnegatives = 2\nbatch_size = 16\n"
+)
+
+
+def test_a_config_file_describes_the_whole_run(tmp_path):
+    """``[data]`` and ``parts`` make a file a complete run: ``embed(load_embed_config(f))``
+    loads the graph and builds the mesh itself, and trains exactly the embedding of the same
+    config given the graph loaded by hand."""
+    path = tmp_path / "run.toml"
+    path.write_text(TINY)
+    cfg = load_embed_config(path)
+    assert cfg.data == EmbedData(name="sbm", num_nodes=120) and cfg.parts == 2
+    from_file = embed(cfg)
+    graph = load_embed_graph(cfg.data, seed=cfg.seed)
+    assert graph.num_nodes == 120
+    by_hand = embed(cfg, graph)
+    np.testing.assert_array_equal(from_file.syn0, by_hand.syn0)
+    np.testing.assert_array_equal(from_file.syn1, by_hand.syn1)
+
+
+def test_parts_data_and_mesh_are_checked_before_any_work():
+    from jaxgraph.mesh import make_mesh
+
+    with pytest.raises(ValueError, match="parts must be an integer >= 1, got 0"):
+        EmbedConfig(parts=0)
+    with pytest.raises(ValueError, match="num_nodes must be an integer >= 1, got 0"):
+        EmbedData(name="sbm", num_nodes=0)
+    with pytest.raises(ValueError, match="format applies to a graph file"):
+        EmbedData(format="pyg")
+    with pytest.raises(ValueError, match="name two graphs"):
+        EmbedData(name="cora", graph="edges.txt")
+    with pytest.raises(ValueError, match="the mesh has 1 devices but config.parts is 2"):
+        embed(EmbedConfig(parts=2, data=EmbedData(name="no-such-dataset")), mesh=make_mesh(1))
+
+
+def test_cli_takes_the_graph_and_devices_from_the_file(tmp_path, capsys):
+    """``jaxgraph embed --config FILE``: the dataset and the device count come from the file;
+    ``--dataset`` on the command line replaces the file's graph."""
+    path = tmp_path / "run.toml"
+    path.write_text(TINY)
+    out = tmp_path / "emb"
+    assert (
+        main(["embed", "--config", str(path), "--task", "none", "--quiet", "--out", str(out)]) == 0
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["parts"] == 2 and summary["dataset"] == "dc_sbm_n120_c5"
+    assert np.load(out / "embedding.npy").shape == (120, 8)
+    argv = ["embed", "--config", str(path), "--dataset", "nope", "--task", "none"]
+    assert main(argv) == 2
+    assert "unknown dataset 'nope'" in capsys.readouterr().err

@@ -14,7 +14,6 @@ from jaxgraph.embed.health import HealthCheck
 from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig
-from jaxgraph.mesh import make_mesh
 
 # 300 nodes and the trainer shapes of test_skipgram.py, to reuse its compilations.
 SMALL = [
@@ -114,7 +113,7 @@ def test_planted_partition_quality():
         SkipGramConfig(dim=16, window=3, negatives=2, batch_size=256, sync_every=16),
         rounds=2,
     )
-    res = embed(g, cfg, make_mesh(1), snapshot_rounds=(0, 1))
+    res = embed(cfg, g, snapshot_rounds=(0, 1))
     # Per-round snapshots and end times: the last snapshot is the output, times increase.
     assert sorted(res.snapshots) == sorted(res.elapsed) == [0, 1]
     np.testing.assert_array_equal(res.snapshots[1], res.syn0)
@@ -127,7 +126,7 @@ def test_planted_partition_quality():
     acc = ev.node_classification(res.syn0, g.labels, train_ratios=(0.5,), shuffles=1)
     assert acc[0.5]["micro"]["mean"] > 0.9
     split = ev.link_prediction_split(g, 0.5, seed=0)
-    lp = embed(split.train_graph, cfg, make_mesh(1))
+    lp = embed(cfg, split.train_graph)
     assert ev.link_prediction_auc(split, lp.syn0, "dot") > 0.8
     assert ev.link_prediction_auc(split, lp.syn0, "cosine") > 0.85
 
@@ -143,7 +142,7 @@ def test_global_schedule_spans_the_run():
         rounds=4,
     )
     cfg = cfg.replace(sgns=dataclasses.replace(cfg.sgns, lr_schedule="global"))
-    res = embed(g, cfg, make_mesh(1))
+    res = embed(cfg, g)
     np.testing.assert_allclose([r.lr for r in res.rounds], 0.025 * np.array([1, 0.75, 0.5, 0.25]))
 
 

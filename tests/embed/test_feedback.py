@@ -13,7 +13,6 @@ from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
-from jaxgraph.mesh import make_mesh
 
 from graph_cases import power_law
 
@@ -126,17 +125,16 @@ def test_config_errors():
     with pytest.raises(ValueError, match="method 'node2vec' needs walk.kind='node2vec'"):
         EmbedConfig(method="node2vec")
     with pytest.raises(ValueError, match="has no edge"):
-        embed(Graph.from_edges([], [], num_nodes=3, symmetrize=True), EmbedConfig(), make_mesh(1))
+        embed(EmbedConfig(), Graph.from_edges([], [], num_nodes=3, symmetrize=True))
 
 
 @pytest.mark.parametrize("num_parts", [2])
 def test_round_log_of_felog_and_baseline(num_parts):
     g = power_law()
-    mesh = make_mesh(num_parts)
     walk = WalkConfig(walk_length=8, walks_per_node=2)
     # mu = 0.3 prunes quickly on this graph, so the loop ends before max rounds.
     fb = EmbedConfig("felog", walk, SGNS, FeedbackConfig(mu=0.3), rounds=6, seed=1)
-    res = embed(g, fb, mesh)
+    res = embed(fb.replace(parts=num_parts), g)
     logs = res.rounds
     assert logs[0].active == int(np.count_nonzero(g.out_degree()))
     for r, log in enumerate(logs):
@@ -147,7 +145,7 @@ def test_round_log_of_felog_and_baseline(num_parts):
     assert res.stop_reason in ("active_set_empty", "max_rounds")
     assert (res.stop_reason == "active_set_empty") == (logs[-1].next_active == 0)
     assert res.syn0.shape == (g.num_nodes, 8) and np.isfinite(res.syn0).all()
-    base = embed(g, fb.replace(method="deepwalk"), mesh)
+    base = embed(fb.replace(method="deepwalk").replace(parts=num_parts), g)
     assert len(base.rounds) == 6 and base.stop_reason == "max_rounds"
     assert all(b.active == logs[0].active for b in base.rounds)
     assert base.tokens > res.tokens

@@ -30,7 +30,6 @@ from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync
 from jaxgraph.embed.walks import WalkConfig
-from jaxgraph.mesh import make_mesh
 
 from harness import kill_when
 
@@ -58,18 +57,20 @@ def _same(a, b):
 
 
 def test_deterministic_pipeline_equals_sequential_bit_for_bit():
-    mesh = make_mesh(2)
     extra = dict(compress=FabcConfig(k=2), sync=HotspotSync(full_every=4))
-    seq = embed(GRAPH, _config("sequential", **extra), mesh)
-    det = embed(GRAPH, _config("deterministic", **extra), mesh)
+    seq = embed(_config("sequential", **extra).replace(parts=2), GRAPH)
+    det = embed(_config("deterministic", **extra).replace(parts=2), GRAPH)
     _same(seq, det)
     assert [r.source_round for r in seq.rounds] == [-1, -1, 0, 1][: len(seq.rounds)]
     assert {s.thread for s in det.trace if s.op == "walk"} == {"ripp-host"}
     assert {s.op for s in det.trace} >= {"walk", "encode", "decode", "train", "feedback"}
     # lag 0 is the plain loop (pipeline None).
-    _same(embed(GRAPH, BASE, mesh), embed(GRAPH, _config("deterministic", lag=0), mesh))
+    _same(
+        embed(BASE.replace(parts=2), GRAPH),
+        embed(_config("deterministic", lag=0).replace(parts=2), GRAPH),
+    )
     # The overlapped schedule walks from sets no older than the lag allows.
-    ovl = embed(GRAPH, _config("overlapped"), mesh)
+    ovl = embed(_config("overlapped").replace(parts=2), GRAPH)
     assert all(r.round - 2 <= r.source_round < r.round for r in ovl.rounds)
 
 
@@ -230,9 +231,8 @@ def test_state_checkpoints_take_relative_paths(tmp_path, monkeypatch):
 
 
 def test_embed_refuses_a_corrupt_or_foreign_checkpoint(tmp_path):
-    mesh = make_mesh(2)
     cfg = _config("deterministic", rounds=2)
-    embed(GRAPH, cfg, mesh, checkpoint_dir=tmp_path)
+    embed(cfg.replace(parts=2), GRAPH, checkpoint_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "corpus_000000.ckpt",
         "corpus_000001.ckpt",
@@ -240,11 +240,11 @@ def test_embed_refuses_a_corrupt_or_foreign_checkpoint(tmp_path):
         "state_000001",
     ]
     with pytest.raises(CheckpointError, match=r"different run: settings \['seed'\]"):
-        embed(GRAPH, cfg.replace(seed=3), mesh, checkpoint_dir=tmp_path)
+        embed(cfg.replace(seed=3).replace(parts=2), GRAPH, checkpoint_dir=tmp_path)
     for data in _data_files(tmp_path / "state_000001"):
         data.write_bytes(data.read_bytes()[:-7])
     with pytest.raises(CheckpointError, match="state_000001"):
-        embed(GRAPH, cfg, mesh, checkpoint_dir=tmp_path)
+        embed(cfg.replace(parts=2), GRAPH, checkpoint_dir=tmp_path)
 
 
 def test_killed_run_resumes_to_identical_embeddings(tmp_path):
@@ -264,7 +264,7 @@ def test_killed_run_resumes_to_identical_embeddings(tmp_path):
         from jaxgraph.mesh import make_mesh
         cfg = _config("deterministic", rounds={rounds * 100}, feedback=FeedbackConfig(mu=1.0))
         slow = lambda r: time.sleep(0.2)
-        embed(GRAPH, cfg, make_mesh(2), checkpoint_dir={str(killed)!r}, log=slow)
+        embed(cfg.replace(parts=2), GRAPH, checkpoint_dir={str(killed)!r}, log=slow)
     """)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     kill_when(
@@ -275,8 +275,7 @@ def test_killed_run_resumes_to_identical_embeddings(tmp_path):
     done = int(latest_state(killed).name.split("_")[1])
     total = max(rounds, done + 3)
     cfg = _config("deterministic", rounds=total, feedback=FeedbackConfig(mu=1.0))
-    mesh = make_mesh(2)
-    resumed = embed(GRAPH, cfg, mesh, checkpoint_dir=killed)
-    full = embed(GRAPH, cfg, mesh)
+    resumed = embed(cfg.replace(parts=2), GRAPH, checkpoint_dir=killed)
+    full = embed(cfg.replace(parts=2), GRAPH)
     assert resumed.rounds[-1].round == total - 1 and len(resumed.rounds) == total
     _same(resumed, full)

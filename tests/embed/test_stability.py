@@ -15,7 +15,6 @@ import pytest
 from jaxgraph.data.synthetic import rmat
 from jaxgraph.embed import EmbedConfig, SkipGramConfig, WalkConfig, embed
 from jaxgraph.embed.health import HealthCheck, UnhealthyTraining
-from jaxgraph.mesh import make_mesh
 
 from graph_cases import caterpillar, star
 
@@ -45,7 +44,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_round_is_healthy_on_hub_heavy_graphs(case):
     make, sample = CASES[case]
-    res = embed(make(), _config(sample), make_mesh(1))  # an UnhealthyTraining warning fails
+    res = embed(_config(sample), make())  # an UnhealthyTraining warning fails
     assert len(res.rounds) == 2 and res.stop_reason == "max_rounds"
     for r in res.rounds:
         assert 1.0 < r.loss < UNTRAINED, r
@@ -58,7 +57,7 @@ def test_the_plain_sum_diverges_on_the_star_and_the_run_stops():
     """The same star without the row cap: the hub's summed step overflows in round 0; the run
     warns, stops after that round and says why (so the test above can fail)."""
     with pytest.warns(UnhealthyTraining, match="round 0: loss per pair is nan"):
-        res = embed(star(), _config(0.0, row_cap=None), make_mesh(1))
+        res = embed(_config(0.0, row_cap=None), star())
     assert res.stop_reason == "non_finite_loss" and len(res.rounds) == 1
 
 
@@ -87,11 +86,11 @@ def test_a_round_outside_the_range_warns_or_stops(action):
     """A bound no run meets (row norm 1e-3) trips every round."""
     cfg = _config(1e-3).replace(health=HealthCheck(max_norm=1e-3, action=action))
     if action == "ignore":
-        res = embed(caterpillar(), cfg, make_mesh(1))
+        res = embed(cfg, caterpillar())
         assert len(res.rounds) == 2
         return
     with pytest.warns(UnhealthyTraining, match=r"round \d: largest row norm .* above 0.001"):
-        res = embed(caterpillar(), cfg, make_mesh(1))
+        res = embed(cfg, caterpillar())
     if action == "stop":
         assert res.stop_reason == "unhealthy" and len(res.rounds) == 1
     else:
@@ -109,7 +108,7 @@ MESH_SCRIPT = textwrap.dedent(
 
     g = rmat(scale=scale, num_edges=16 * 2**scale, seed=0)
     cfg = EmbedConfig(method="felog", rounds=1, sgns=SkipGramConfig(merge="touched"))
-    res = embed(g, cfg, make_mesh(parts))
+    res = embed(cfg.replace(parts=parts), g)
     print(json.dumps([[r.loss, r.max_norm, r.syncs] for r in res.rounds]))
     """
 )
