@@ -18,8 +18,20 @@ sum is an unbiased estimate of the exact one and the owner's total is unbiased t
 variance is the sum of the hops' quantization variances. The gradient through the forward
 quantization is the identity (the straight-through estimator of the halo exchange).
 
+**Widths per owner.** ``bits`` (and ``grad_bits``) is one width for every block, or a tuple
+of ``P``: block ``j`` travels at ``bits[j]`` (random or adaptive widths,
+:mod:`jaxgraph.comm.blockwidths`). Every device then encodes its block once per distinct width
+of the tuple (the program is the same on every device) and sends the owner's encoding; with
+equal widths this is the single-width path, bit for bit.
+
+**Traces.** Given a probe (``f32[P-1]``, zeros), the backward pass returns as its cotangent,
+per halo slot, the summed row-range variance ``(F / 6) (max - min)^2`` of this device's
+gradient partial for that block: what it feeds into the block's reduction (the statistic
+adaptive widths are chosen from).
+
 Bytes: one block of ``B`` rows of width ``F`` at ``b`` bits is :func:`block_bytes`
-(``wire_bytes(B, F, b)``); a broadcast or a reduction moves ``(P - 1)`` of them over the mesh.
+(``wire_bytes(B, F, b)``); a broadcast or a reduction moves ``(P - 1)`` of them over the mesh
+(:func:`block_tree_bytes` per device, for widths per owner).
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from jaxgraph.comm.broadcast import (
     tree_rounds,
     tree_sends,
 )
+from jaxgraph.comm.quantized import row_range_variance
 from jaxgraph.partition.buckets import wire_bytes
 from pallas_kernels.quantize import dequantize, packed_rows, quantize
 
@@ -48,6 +61,16 @@ def check_bits(bits: int, what: str = "bits") -> int:
     if bits not in BROADCAST_WIDTHS:
         raise ValueError(f"{what} must be 2, 4, 8 or 32, got {bits!r}")
     return int(bits)
+
+
+def per_source(bits, num_parts: int) -> tuple[int, ...]:
+    """``bits`` as one width per source block: an int for every block, or a tuple of ``P``."""
+    if isinstance(bits, int | np.integer):
+        return (int(bits),) * num_parts
+    widths = tuple(int(b) for b in bits)
+    if len(widths) != num_parts:
+        raise ValueError(f"{len(widths)} block widths for {num_parts} blocks")
+    return widths
 
 
 def block_bytes(rows: int, dim: int, bits: int) -> int:
@@ -118,13 +141,16 @@ def quantized_reduce_halo_to_owners(
     active: jax.Array | None = None,
 ) -> jax.Array:
     """:func:`~jaxgraph.comm.broadcast.reduce_halo_to_owners` with every tree quantized
-    (:func:`quantized_reduce_to_source`; key folded with this device and the source).
-    ``[P-1, B, F]`` (halo order) -> ``[B, F]``."""
+    (:func:`quantized_reduce_to_source`; key folded with this device and the source), tree
+    ``j`` at ``bits`` or ``bits[j]``. ``[P-1, B, F]`` (halo order) -> ``[B, F]``."""
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
     kw = dict(axis_name=axis_name, num_parts=num_parts)
+    widths = per_source(bits, num_parts)
 
     def reduce(g, source):
-        return quantized_reduce_to_source(g, source, bits, jax.random.fold_in(key, source), **kw)
+        return quantized_reduce_to_source(
+            g, source, widths[source], jax.random.fold_in(key, source), **kw
+        )
 
     return reduce_halo_to_owners(g_halo, active=active, reduce=reduce, **kw)
 
@@ -134,7 +160,9 @@ def quantized_all_blocks(
 ) -> jax.Array:
     """Every other block, broadcast encoded at ``bits`` (owner key ``fold_in(key, i)``), with
     no gradient rule of its own. ``[B, F] -> [P-1, B, F]`` (halo order)."""
-    halo, _ = _blocks_forward(h_local, None, None, key, bits, axis_name, num_parts)
+    halo, _ = _blocks_forward(
+        h_local, None, None, key, per_source(bits, num_parts), axis_name, num_parts
+    )
     return halo
 
 
@@ -144,10 +172,11 @@ def quantized_blocks(
     active: jax.Array | None,
     key: jax.Array,
     *,
-    bits: int,
-    grad_bits: int,
+    bits,
+    grad_bits,
     axis_name: str,
     num_parts: int,
+    probe: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The other blocks, broadcast quantized (fresh from active owners, cached otherwise), and
     this device's own block as every receiver decodes it.
@@ -158,51 +187,93 @@ def quantized_blocks(
     slot's gradient returns to its owner by :func:`quantized_reduce_halo_to_owners` at
     ``grad_bits``, whether the slot was fresh or cached (Sancus's backward always travels);
     the forward quantization passes gradients unchanged. The cache and the decoded own block
-    get no gradient.
+    get no gradient. ``bits`` and ``grad_bits``: one width, or one per source block. ``probe``
+    (optional): its cotangent is the backward trace of the module docstring.
 
     Shapes:
       ``h_local: f32[B, F]``, ``cache: f32[P-1, B, F]`` or ``None``, ``active: bool[P]`` or
-      ``None`` -> ``(halo f32[P-1, B, F], own f32[B, F])``.
+      ``None``, ``probe: f32[P-1]`` -> ``(halo f32[P-1, B, F], own f32[B, F])``.
     """
-    return _quantized_blocks(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts)
+    bits, grad_bits = per_source(bits, num_parts), per_source(grad_bits, num_parts)
+    return _quantized_blocks(
+        h_local, cache, active, key, probe, bits, grad_bits, axis_name, num_parts
+    )
 
 
 def _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts):
+    """``bits``: a width per source block."""
     i = jax.lax.axis_index(axis_name)
     rows, dim = h_local.shape
-    wire = encode_block(h_local, bits, jax.random.fold_in(key, i))
-    own = decode_block(wire, bits, rows, dim)
+    distinct = sorted(set(bits))
+    own_key = jax.random.fold_in(key, i)
+    # This device's block at every width some owner uses: it sends the one of its own width.
+    wires = {w: encode_block(h_local, w, own_key) for w in distinct}
+    if len(distinct) == 1:
+        own = decode_block(wires[distinct[0]], distinct[0], rows, dim)
+    else:  # what the receivers decode of this device's block: its own width's encoding
+        branch = jnp.asarray([distinct.index(w) for w in bits], jnp.int32)[i]
+        own = jax.lax.switch(
+            branch, [lambda w=w: decode_block(wires[w], w, rows, dim) for w in distinct]
+        )
 
     def send(h, source):  # the owner's encoding, down its tree, decoded
         del h
-        wire_j = broadcast_forward(wire, source, axis_name=axis_name, num_parts=num_parts)
-        return decode_block(wire_j, bits, rows, dim)
+        w = bits[source]
+        wire_j = broadcast_forward(wires[w], source, axis_name=axis_name, num_parts=num_parts)
+        return decode_block(wire_j, w, rows, dim)
 
     halo = skip_forward(h_local, cache, active, axis_name, num_parts, send)
     return halo.astype(h_local.dtype), own.astype(h_local.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _quantized_blocks(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _quantized_blocks(h_local, cache, active, key, probe, bits, grad_bits, axis_name, num_parts):
+    del probe
     return _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts)
 
 
-def _blocks_fwd(h_local, cache, active, key, bits, grad_bits, axis_name, num_parts):
+def _blocks_fwd(h_local, cache, active, key, probe, bits, grad_bits, axis_name, num_parts):
     out = _blocks_forward(h_local, cache, active, key, bits, axis_name, num_parts)
-    return out, key
+    return out, (key, probe is not None)
 
 
-def _blocks_bwd(bits, grad_bits, axis_name, num_parts, key, cotangents):
+def _blocks_bwd(bits, grad_bits, axis_name, num_parts, res, cotangents):
     del bits
+    key, traced = res
     g_halo, _ = cotangents
     back = jax.random.fold_in(key, 1 << 20)  # distinct from the forward's per-device keys
     dh = quantized_reduce_halo_to_owners(
         g_halo, grad_bits, back, axis_name=axis_name, num_parts=num_parts
     )
-    return dh, None, None, None
+    trace = None
+    if traced:  # per halo slot: the row-range variance of the partial this device sends
+        trace = jnp.sum(
+            row_range_variance(g_halo.reshape(-1, g_halo.shape[-1])).reshape(g_halo.shape[:2]),
+            axis=1,
+        )
+    return dh, None, None, None, trace
 
 
 _quantized_blocks.defvjp(_blocks_fwd, _blocks_bwd)
+
+
+def block_tree_bytes(
+    rows: int, dim: int, num_parts: int, bits, grad_bits
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of the broadcast trees and the reduction trees under widths per owner.
+
+    Returns:
+      ``(forward [P, P], backward [P])``: ``forward[j, a]`` the bytes relative rank ``a`` of
+      source ``j``'s tree sends when block ``j`` is broadcast (at ``bits[j]``);
+      ``backward[j]`` the bytes every device but ``j`` sends in ``j``'s reduction (one hop
+      each, at ``grad_bits[j]``).
+    """
+    sends = tree_sends(num_parts).astype(np.int64)
+    fwd = per_source(bits, num_parts)
+    bwd = per_source(grad_bits, num_parts)
+    forward = np.stack([sends * block_bytes(rows, dim, w) for w in fwd])
+    backward = np.array([block_bytes(rows, dim, w) for w in bwd], np.int64)
+    return forward, backward
 
 
 def quantized_broadcast_bytes(
@@ -217,6 +288,7 @@ def quantized_broadcast_bytes(
 __all__ = [
     "BROADCAST_WIDTHS",
     "block_bytes",
+    "block_tree_bytes",
     "check_bits",
     "decode_block",
     "encode_block",
@@ -225,4 +297,5 @@ __all__ = [
     "quantized_broadcast_bytes",
     "quantized_reduce_halo_to_owners",
     "quantized_reduce_to_source",
+    "per_source",
 ]

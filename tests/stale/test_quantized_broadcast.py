@@ -102,8 +102,10 @@ def _tree_reduce_bound(g, bits):
     under its ``Δ``): the recursion below bounds it from the exact running sums.
 
     Shapes: ``g: [P, P-1, B, F]`` (device, halo slot) -> ``(exact, var)``, each ``[P, B, F]``.
+    ``bits``: one width, or one per owner.
     """
     p = g.shape[0]
+    widths = (bits,) * p if isinstance(bits, int) else tuple(bits)
     exact, var = np.zeros((p,) + g.shape[2:]), np.zeros((p,) + g.shape[2:])
     for j in range(p):
         # partial[d]: device d's cotangent of block j (zero on the owner), by relative rank.
@@ -111,7 +113,7 @@ def _tree_reduce_bound(g, bits):
         err = {a: 0 * g[0, 0, :, :1] for a in acc}  # accumulated rounding error bound, per row
         for k in reversed(tree_rounds(p)):
             for src, dst in tree_perm(p, 0, k):  # relative ranks: src sends up to dst
-                step = (np.ptp(acc[dst], -1, keepdims=True) + 2 * err[dst]) / (2**bits - 1)
+                step = (np.ptp(acc[dst], -1, keepdims=True) + 2 * err[dst]) / (2 ** widths[j] - 1)
                 var[j] += np.broadcast_to(step**2 / 4, var[j].shape)
                 acc[src] = acc[src] + acc[dst]
                 err[src] = err[src] + err[dst] + step
@@ -229,3 +231,69 @@ def test_spellings_and_widths():
         CAGNET(quantize_grad=4)
     assert CAGNET(quantize=8, quantize_grad=4).name == "cagnet-q8g4"
     assert parse_method("skipg-q2").strategy(epochs=10).name == "skipg-1-w50-q2"
+
+
+def test_widths_per_owner_are_unbiased_and_equal_widths_are_the_single_width_path():
+    """Blocks at widths (2, 8, 4, 8) by owner: each decoded block and each owner's reduced
+    gradient are unbiased within the variance model at its owner's width (the bounds of the
+    single-width test, per owner). The same width for every owner, given as a tuple, is the
+    single-width program bit for bit."""
+    num_parts, b, f, draws = 4, 6, 5, 200
+    widths = (2, 8, 4, 8)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((num_parts, b, f)).astype(np.float32)
+    g = rng.standard_normal((num_parts, (num_parts - 1) * b, f)).astype(np.float32)
+    run = _blocks_program(num_parts, widths, widths)
+    halos, grads = [], []
+    for i in range(draws):
+        halo, dx = run(x, g, jax.random.key(300 + i))
+        halos.append(np.asarray(halo))
+        grads.append(np.asarray(dx))
+    halos, grads = np.stack(halos), np.stack(grads)
+    exact = np.stack(
+        [np.stack([x[(d - r) % num_parts] for r in range(1, num_parts)]) for d in range(num_parts)]
+    )  # [P, P-1, B, F]
+    owner_bits = np.array(
+        [[widths[(d - r) % num_parts] for r in range(1, num_parts)] for d in range(num_parts)]
+    )[..., None, None]
+    delta = np.ptp(exact, -1, keepdims=True) / (2.0**owner_bits - 1)
+    bound = 6 * (delta / 2) / np.sqrt(draws) + 1e-5
+    assert np.all(np.abs(halos.mean(0).reshape(exact.shape) - exact) <= bound)
+    # Each block carries its owner's noise: 2-bit blocks far noisier than 8-bit ones.
+    err = np.abs(halos[0].reshape(exact.shape) - exact) / np.maximum(delta, 1e-12)
+    assert err[owner_bits[..., 0, 0] == 2].max() > 0.1
+    grad_exact, var = _tree_reduce_bound(g.reshape(num_parts, num_parts - 1, b, f), widths)
+    assert np.all(np.abs(grads.mean(0) - grad_exact) <= 6 * np.sqrt(var) / np.sqrt(draws) + 1e-5)
+
+    same = _blocks_program(num_parts, (4,) * num_parts, (4,) * num_parts)
+    single = _blocks_program(num_parts, 4, 4)
+    for a, c in zip(same(x, g, jax.random.key(7)), single(x, g, jax.random.key(7)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+def test_the_probe_traces_the_gradient_partials_each_device_sends():
+    """The probe's cotangent is, per halo slot, the summed row-range variance (F / 6)
+    (max - min)^2 of this device's gradient partial for that block."""
+    num_parts, b, f = 4, 3, 5
+    mesh = make_mesh(num_parts)
+    axis = mesh.axis_names[0]
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((num_parts, b, f)).astype(np.float32)
+    g = rng.standard_normal((num_parts, num_parts - 1, b, f)).astype(np.float32)
+
+    def body(x, g, probe):
+        def readout(x, probe):
+            halo, _ = quantized_blocks(
+                x[0], None, None, jax.random.key(0), bits=8, grad_bits=8, axis_name=axis,
+                num_parts=num_parts, probe=probe,
+            )  # fmt: skip
+            return jnp.sum(halo * g[0])
+
+        return jax.grad(readout, argnums=1)(x, probe[0])[None]
+
+    # Per device, as a probe held in comm_state is.
+    probe = np.zeros((num_parts, num_parts - 1), np.float32)
+    program = jax.shard_map(body, mesh=mesh, in_specs=(P(axis),) * 3, out_specs=P(axis))
+    trace = jax.jit(program)(x, g, probe)
+    expect = (f / 6) * np.sum(np.ptp(g, -1) ** 2, axis=-1)  # [P, P-1]
+    np.testing.assert_allclose(np.asarray(trace), expect, rtol=1e-5)
