@@ -59,6 +59,11 @@ def _embed_parts(args) -> int:
     return 1
 
 
+def _quantize_arg(text: str) -> int | str:
+    """``--quantize``: a bit-width, or ``random`` / ``adaptive``."""
+    return int(text) if text.isdigit() else text
+
+
 def num_rows_arg(text: str) -> int | float:
     """``--sync-rows``: ``"1280"`` rows, or ``"0.068"`` a share of the nodes."""
     try:
@@ -170,10 +175,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     tp.add_argument(
         "--quantize",
-        type=int,
-        choices=[2, 4, 8, 32],
+        type=_quantize_arg,
         help="pipegcn, cagnet, sancus, skipg: send the halo rows or broadcast blocks, and the "
-        "gradients, stochastically quantized at this many bits (32: the same path, exact)",
+        "gradients, stochastically quantized at this many bits (2, 4, 8; 32: the same path, "
+        "exact); sancus also takes random or adaptive (a width per owner block, re-chosen every "
+        "--assign-period epochs; adaptive by --lam, --widths, --interconnect)",
     )
     tp.add_argument(
         "--allow-nonfinite",
@@ -391,6 +397,7 @@ _FIELD_FLAGS = {
     "eval_every": "--eval-every",
     "checkpoint_every": "--checkpoint-every",
     "adaqp.period": "--assign-period",
+    "sancus.period": "--assign-period",
     "quantized.period": "--assign-period",
     "adaqp.chunks": "--exchange-chunks",
     "quantized.chunks": "--exchange-chunks",
@@ -419,23 +426,33 @@ def _quantized_taker(field: str) -> str:
 
 def _method_with_flags(method, args):
     """``method`` with the method options given on the command line."""
-    from jaxgraph.train.methods import METHOD_TYPES, AdaQP
+    from jaxgraph.train.methods import METHOD_TYPES
 
+    applied = set()
+    if args.quantize is not None and "quantize" in method.options():
+        # First: it decides which of the other options apply (block widths take --lam, ...).
+        method = method.replace(quantize=args.quantize)
+        applied.add("quantize")
     changes, assign = {}, {}
     for attr, field in _METHOD_FLAGS.items():
         value = getattr(args, attr)
-        if value is None or value is False:
+        if value is None or value is False or attr in applied:
             continue
         flag = "--" + attr.replace("_", "-")
         if attr == "no_compile_ahead":
             value = False
         if attr == "widths":
             value = tuple(value)
-            field = "assign.widths" if isinstance(method, AdaQP) else field
+            own = {f.name for f in dataclasses.fields(method)}
+            field = "assign.widths" if "widths" not in own and "assign" in own else field
         top, _, sub = field.partition(".")
         if top not in method.options():
             takers = [
-                _quantized_taker(top) if key == "quantized" else key
+                _quantized_taker(top)
+                if key == "quantized"
+                else "sancus-<...>-q<random|adaptive>"
+                if key == "sancus" and top in ("period", "assign")
+                else key
                 for key, cls in METHOD_TYPES.items()
                 if top in {f.name for f in dataclasses.fields(cls)}
             ]

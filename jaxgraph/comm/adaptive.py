@@ -204,7 +204,7 @@ class Adaptive(CommStrategy):
       norm: the aggregation the model uses (``"gcn"`` or ``"mean"``), for the scores.
       seed: seed of the quantization keys (unused by the assignment itself).
       chunks: ``0``: each assignment gets an exact layout and compiles its own step; ``J >=
-        1``: one chunked layout (:func:`~jaxgraph.comm.quantized.bucket_state`), one compiled
+        1``: one chunked layout (:func:`~jaxgraph.partition.buckets.bucket_state`), one compiled
         step for the whole run.
       squares: weigh a message by the sum of squares of its aggregation coefficients (the
         seed's ``beta_k``, stated after its Theorem 3) instead of the square of their sum (the
@@ -356,7 +356,7 @@ class AdaptiveController(Controller):
         template = self.init_state()
 
         def saved_assignment(name):
-            fetch = _saved_getter(saved, f"['{name}']")
+            fetch = saved_getter(saved, f"['{name}']")
             fwd, bwd = (
                 tuple(
                     tuple(fetch(f"['{d}'][{layer}][{r}]", a) for r, a in enumerate(rounds))
@@ -368,7 +368,7 @@ class AdaptiveController(Controller):
 
         upcoming = saved_assignment("next_bits") if self.config.lookahead else None
         state = self._state(saved_assignment("bits"), upcoming=upcoming)
-        trace = _saved_getter(saved, "['trace']")
+        trace = saved_getter(saved, "['trace']")
         state["trace"] = jax.tree_util.tree_map_with_path(
             lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
         )
@@ -627,7 +627,7 @@ def _gather_to_host(x) -> np.ndarray:
     return to_host(x)
 
 
-def _saved_getter(saved: dict, prefix: str):
+def saved_getter(saved: dict, prefix: str):
     """``fetch(path, template)``: the saved leaf ``...comm_state<prefix><path>``, checked."""
 
     def fetch(path: str, template):

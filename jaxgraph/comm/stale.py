@@ -117,6 +117,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgraph.comm.blockwidths import (
+    BlockQuantize,
+    BlockWidthsController,
+    initial_widths,
+    widths_state,
+)
 from jaxgraph.comm.broadcast import (
     all_blocks_by_broadcast,
     broadcast_bytes,
@@ -127,13 +133,15 @@ from jaxgraph.comm.broadcast import (
 )
 from jaxgraph.comm.qbroadcast import (
     block_bytes,
+    block_tree_bytes,
     check_bits,
     quantized_all_blocks,
     quantized_blocks,
     quantized_broadcast_bytes,
     quantized_reduce_halo_to_owners,
 )
-from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.comm.quantized import row_range_variance
+from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.partition.halo import HaloPlan
 from jaxgraph.partition.shard import GraphShard
 
@@ -291,7 +299,17 @@ def _replace_layer(comm_state, layer, new):
     return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
-def _check_quantize(strategy) -> None:
+def _check_quantize(strategy, *, per_block: bool = False) -> None:
+    if isinstance(strategy.quantize, BlockQuantize):
+        if not per_block:
+            raise ValueError(
+                f"widths per owner block are not supported by {type(strategy).__name__}"
+            )
+        if strategy.quantize_grad is not None:
+            raise ValueError(
+                "quantize_grad applies to a fixed width; block widths choose their own"
+            )
+        return
     if strategy.quantize is not None:
         check_bits(strategy.quantize, "quantize")
     if strategy.quantize_grad is not None:
@@ -309,6 +327,8 @@ def _widths(strategy) -> tuple[int, int]:
 def _quantize_suffix(strategy) -> str:
     if strategy.quantize is None:
         return ""
+    if isinstance(strategy.quantize, BlockQuantize):
+        return f"-q{strategy.quantize.label}"
     out = f"-q{strategy.quantize}"
     if strategy.quantize_grad is not None and strategy.quantize_grad != strategy.quantize:
         out += f"g{strategy.quantize_grad}"
@@ -389,19 +409,30 @@ class Sancus(CommStrategy):
         (:mod:`jaxgraph.comm.qbroadcast`), and the cache, the owner's last-sent copy and the
         Δ_H gap hold what the receivers decoded; ``32`` takes the same byte path exactly. The
         first layer's rows (data) stay exact, under the first layer's rule.
+        A :class:`~jaxgraph.comm.blockwidths.BlockQuantize`: a width per owner block and
+        layer, random or adaptive, re-decided every period by its controller.
       quantize_grad: the width of the backward gradient reductions (default: ``quantize``).
     """
 
     policy: StalenessPolicy
     local_grad_clip: float | None = None
     embedding_grad_clip: float | None = None
-    quantize: int | None = None
+    quantize: int | BlockQuantize | None = None
     quantize_grad: int | None = None
 
     layout: ClassVar[str] = "block"
 
     def __post_init__(self):
-        _check_quantize(self)
+        _check_quantize(self, per_block=True)
+
+    def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The layers whose broadcasts are quantized: every one after the first (data)."""
+        return tuple(range(1, num_layers)) if self.quantize is not None else ()
+
+    def controller(self, plan, layer_dims, *, cost=None):
+        if isinstance(self.quantize, BlockQuantize):
+            return BlockWidthsController(self, plan, layer_dims, cost=cost)
+        return Controller(self, plan, layer_dims)
 
     @property
     def name(self) -> str:
@@ -418,7 +449,7 @@ class Sancus(CommStrategy):
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "Sancus")
         p, b = plan.num_parts, plan.num_local_rows
-        return tuple(
+        state = [
             {
                 "cache": np.zeros((p, p - 1, b, f), np.float32),
                 "tags": np.full((p, p - 1), -1, np.int32),
@@ -427,7 +458,13 @@ class Sancus(CommStrategy):
                 "count": np.full(p, epoch, np.int32),
             }
             for f in layer_dims
-        )
+        ]
+        q = self.quantize
+        if isinstance(q, BlockQuantize):
+            for layer in self.quantized_layers(len(layer_dims)):
+                widths = initial_widths(q, p, layer, epoch)
+                state[layer].update(widths_state(widths, p, b, q.mode == "adaptive"))
+        return tuple(state)
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -483,7 +520,10 @@ class Sancus(CommStrategy):
         if quantized:
             if key is None:
                 raise ValueError("a quantized broadcast needs a PRNG key")
-            bits, grad_bits = _widths(self)
+            if "widths" in st:  # per owner block (random or adaptive)
+                bits, grad_bits = st["widths"].fwd, st["widths"].bwd
+            else:
+                bits, grad_bits = _widths(self)
             halo, decoded = quantized_blocks(
                 h_local,
                 st["cache"],
@@ -493,33 +533,60 @@ class Sancus(CommStrategy):
                 grad_bits=grad_bits,
                 axis_name=axis_name,
                 num_parts=p,
+                probe=probe,
             )  # [P-1, B, F], [B, F]: what every receiver holds of this device's block
-            per_rank, _ = quantized_broadcast_bytes(b, f, p, bits)
-            _, backward = quantized_broadcast_bytes(b, f, p, grad_bits)
+            per_rank, per_source = block_tree_bytes(b, f, p, bits, grad_bits)
+            # Every device but the owner sends one hop of each block's reduction.
+            backward = (
+                jnp.sum(jnp.asarray(per_source, jnp.float32))
+                - jnp.asarray(per_source, jnp.float32)[i]
+            )
             decoded = jax.lax.stop_gradient(decoded)
         else:
             halo = skip_broadcast_blocks(
                 h_local, st["cache"], active, axis_name=axis_name, num_parts=p
             )  # [P-1, B, F]
             per_rank, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
-            backward = 0 if layer == 0 else total
+            per_rank = np.broadcast_to(per_rank, (p, p))  # the same for every source
+            backward = jnp.float32(0 if layer == 0 else total)
             decoded = h
         fresh = active[halo_sources(i, p)]  # [P-1]
         own = active[i]
         new = {
+            **st,
             "cache": jax.lax.stop_gradient(halo),
             "tags": jnp.where(fresh, epoch, st["tags"]),
             "last_sent": jnp.where(own, decoded, last),
             "sent_version": jnp.where(own, epoch, st["sent_version"]),
             "count": count,
         }
+        if "trace" in st:  # adaptive widths: this block's row variances when it travels
+            traced = jnp.where(own, row_range_variance(h_local), 0.0)
+            new["trace"] = {**st["trace"], "fwd": st["trace"]["fwd"] + traced}
 
         rel = (i - jnp.arange(p)) % p  # this device's relative rank in each source's tree
-        sent = jnp.sum(jnp.where(active, jnp.asarray(per_rank, jnp.float32)[rel], 0.0))
-        nbytes = sent + jnp.float32(backward + decision_bytes(p))
+        sends = jnp.asarray(per_rank, jnp.float32)[jnp.arange(p), rel]  # [P] by source
+        sent = jnp.sum(jnp.where(active, sends, 0.0))
+        nbytes = sent + backward + jnp.float32(decision_bytes(p))
         if layer > 0 and self.embedding_grad_clip is not None:
             halo = clip_cotangent(halo, math.sqrt(p) * self.embedding_grad_clip)
         return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
+
+    def probes(self, comm_state, num_layers):
+        # Adaptive block widths trace the gradient partials each device sends.
+        if not any("trace" in st for st in comm_state):
+            return None
+        return tuple(
+            jnp.zeros_like(st["trace"]["bwd"]) if "trace" in st else None for st in comm_state
+        )
+
+    def absorb_probes(self, comm_state, probe_grads):
+        out = list(comm_state)
+        for layer, grads in enumerate(probe_grads):
+            if grads is not None:
+                st = out[layer]
+                out[layer] = {**st, "trace": {**st["trace"], "bwd": st["trace"]["bwd"] + grads}}
+        return tuple(out)
 
 
 def _gradient_skip_exchange(

@@ -140,7 +140,7 @@ class Quantized(Method):
       period: epochs per draw (0: ``epochs // 5``).
       chunks: layout of the exchange under changing widths: ``J >= 1`` one layout (and one
         compiled step) for the whole run; 0 exact buffers and a step per draw; ``None`` the
-        backend's default (:func:`jaxgraph.comm.quantized.default_chunks`).
+        backend's default (:func:`jaxgraph.partition.buckets.default_chunks`).
       compile_ahead: compile the next draw's step in a thread while the current one trains.
       param_dtype: the precision of each quantized row's ``(scale, lo)`` on the wire:
         ``"float32"`` (8 bytes per row) or ``"bfloat16"`` (4; the kernel rounds the parameters
@@ -371,6 +371,15 @@ class Sancus(Method):
       quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks of the layers after
         the first and the backward gradient sums travel stochastically quantized, and the
         caches hold what the receivers decoded; ``32``: the same byte path, exact.
+        ``"random"`` or ``"adaptive"``: a width per owner block and layer in each direction,
+        drawn or chosen by AdaQP's bi-objective every ``period`` epochs
+        (:mod:`jaxgraph.comm.blockwidths`).
+      period: epochs per width assignment of ``"random"`` / ``"adaptive"`` (0: epochs // 5).
+      assign: the candidate widths, ``lam`` and ``interconnect`` of those assignments (the
+        other fields of :class:`AssignConfig` belong to the halo program and must keep their
+        defaults).
+
+    ``period`` and ``assign`` apply to ``quantize="random"`` or ``"adaptive"`` only.
     """
 
     policy: Literal["epoch", "adaptive", "gap"] = "epoch"
@@ -378,7 +387,9 @@ class Sancus(Method):
     warmup: int = 50
     clip: float | None = None
     clip_at: Literal["parameters", "embeddings"] = "parameters"
-    quantize: int | None = None
+    quantize: int | Literal["random", "adaptive"] | None = None
+    period: int = 0
+    assign: AssignConfig = AssignConfig()
 
     key: ClassVar[str] = "sancus"
     layout: ClassVar[str] = "block"
@@ -407,7 +418,33 @@ class Sancus(Method):
             )
         if self.clip_at != "parameters" and self.clip is None:
             raise ValueError("sancus.clip_at applies only with a clipping threshold (sancus.clip)")
-        _check_quantize("sancus", self.quantize)
+        if isinstance(self.assign, dict):
+            object.__setattr__(
+                self, "assign", from_dict(AssignConfig, self.assign, "sancus.assign")
+            )
+        _check_int("sancus.period", self.period, 0, what=" (0: epochs // 5)")
+        if self.quantize in ("random", "adaptive"):
+            default = AssignConfig()
+            for name in ("group_size", "solver", "lookahead", "time_limit", "mip_gap"):
+                if getattr(self.assign, name) != getattr(default, name):
+                    raise ValueError(
+                        f"sancus.assign.{name} applies to AdaQP's halo program, not to block "
+                        "widths (which take widths, lam and interconnect)"
+                    )
+        else:
+            _check_quantize("sancus", self.quantize)
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in ("period", "assign"):
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(
+                        f"sancus.{name} applies to quantize='random' or 'adaptive' only"
+                    )
+
+    def options(self) -> tuple[str, ...]:
+        fields = super().options()
+        if self.quantize in ("random", "adaptive"):
+            return fields
+        return tuple(f for f in fields if f not in ("period", "assign"))
 
     def label(self) -> str:
         text = f"sancus-{_POLICY_LETTER[self.policy]}{_number(self.bound)}"
@@ -426,7 +463,18 @@ class Sancus(Method):
         clip = {
             "embedding_grad_clip" if self.clip_at == "embeddings" else "local_grad_clip": self.clip
         }
-        return SancusExchange(policy, quantize=self.quantize, **clip)
+        quantize = self.quantize
+        if quantize in ("random", "adaptive"):
+            from jaxgraph.comm.blockwidths import BlockQuantize
+
+            quantize = BlockQuantize(
+                quantize,
+                period=_period(self.period, epochs),
+                seed=seed,
+                assign=self.assign,
+                norm=_MODEL_NORM.get(model, "mean"),
+            )
+        return SancusExchange(policy, quantize=quantize, **clip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -518,7 +566,7 @@ _GRAMMAR = [
     (
         re.compile(
             rf"^sancus-(?P<kind>[eah])(?P<bound>{_NUM})(?:-w(?P<warmup>\d+))?"
-            rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32))?$"
+            rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32|random|adaptive))?$"
         ),
         lambda g: Sancus(
             {"e": "epoch", "a": "adaptive", "h": "gap"}[g["kind"]],
@@ -526,7 +574,7 @@ _GRAMMAR = [
             50 if g["warmup"] is None else int(g["warmup"]),
             None if g["clip"] is None else float(g["clip"]),
             "embeddings" if g["at"] else "parameters",
-            _bits(g["q"]),
+            _bits_or_mode(g["q"]),
         ),
     ),
     (
@@ -548,6 +596,10 @@ def _momentum(flag, value) -> float | None:
 
 def _bits(value) -> int | None:
     return None if value is None else int(value)
+
+
+def _bits_or_mode(value: str | None) -> int | str | None:
+    return value if value in ("random", "adaptive") else _bits(value)
 
 
 def _bits_or_random(value: str) -> int | str:

@@ -120,7 +120,7 @@ NOT_APPLICABLE = {
     "adaqp": "widths",
     "pipegcn": "chunks",
     "cagnet": "warmup",
-    "sancus": "period",
+    "sancus": "chunks",
     "skipg": "clip",
 }
 
@@ -217,7 +217,7 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
     assert "--quantize applies to --method pipegcn or cagnet or sancus or skipg only, not " in err
 
 
-def test_quantized_param_dtype_spelling_config_and_flag(capsys):
+def test_quantized_param_dtype_spelling_config_and_flag(capsys, tmp_path):
     """bfloat16 row parameters: ``-bf16`` on a quantized spelling, ``param_dtype`` in the
     config section, ``--param-dtype`` on the command line; a wrong value names the field."""
     from jaxgraph.cli import main
@@ -233,6 +233,12 @@ def test_quantized_param_dtype_spelling_config_and_flag(capsys):
         2, param_dtype="bfloat16"
     )
     assert QuantizedExchange(2, param_dtype="bfloat16") != QuantizedExchange(2)
+    path = tmp_path / "run.toml"
+    path.write_text("[method.quantized]\nbits = 4\nparam_dtype = 'bfloat16'\n")
+    assert load_config(path).method == Quantized(4, param_dtype="bfloat16")
+    path.write_text("[method.quantized]\nbits = 4\nparam_dtype = 'half'\n")
+    with pytest.raises(ValueError, match="quantized.param_dtype must be one of"):
+        load_config(path)
     with pytest.raises(ValueError, match="quantized.param_dtype must be one of"):
         Quantized(4, param_dtype="float16")
     with pytest.raises(ValueError, match="unknown method 'quant-32-bf16'"):
