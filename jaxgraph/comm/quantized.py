@@ -72,13 +72,14 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     dequantized: ``f32[M, D]``, the received rows of all widths (ascending) and rounds.
 
     Each width is gathered and quantized once for all rounds (key ``fold_in(key, w)``). Round
-    ``r`` sends, per width, the packed codes and then the fp32 ``(scale, lo)`` of the device's
-    real rows of its bucket (fp32 rows at 32 bits), back to back in one byte buffer of the
-    round's static length, to ``d ± r``: one ``ppermute`` per round. Each piece is written at an
-    offset that depends on the device's own bucket sizes (data), and read back from the
-    received buffer at the sender's offsets; bytes past a sender's real rows are zeroed, and
-    the rows they decode to are dropped by the placement. Few, large operations keep the
-    compiled step small: its compile time grows with the number of kernels.
+    ``r`` sends, per width, the packed codes and then the ``(scale, lo)`` (fp32 or bfloat16:
+    ``layout.param_bytes``) of the device's real rows of its bucket (fp32 rows at 32 bits), back
+    to back in one byte buffer of the round's static length, to ``d ± r``: one ``ppermute`` per
+    round. Each piece is written at an offset that depends on the device's own bucket sizes
+    (data), and read back from the received buffer at the sender's offsets; bytes past a
+    sender's real rows are zeroed, and the rows they decode to are dropped by the placement.
+    Few, large operations keep the compiled step small: its compile time grows with the number
+    of kernels.
     """
     dim = source.shape[-1]
     counts = layout.counts

@@ -8,8 +8,8 @@ forward sender ``d`` and the slot: ``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]
 
 **Buckets.** Per layer, direction, round and bit-width the slots of that width form one bucket,
 in ascending slot order (the wire order of the reference implementation: buckets by ascending
-width, rows in send-list order). A bucket travels as its packed codes and its fp32
-``(scale, lo)`` parameters.
+width, rows in send-list order). A bucket travels as its packed codes and its ``(scale, lo)``
+parameters (fp32, or bfloat16: ``param_dtype`` of :func:`bucket_state`).
 
 **Layout.** Per layer and direction an :class:`ExchangeLayout` in ``comm_state`` (leading axis
 ``P``) holds, per width, the rows every device gathers for all rounds at once, where the

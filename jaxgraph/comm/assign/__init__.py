@@ -29,7 +29,7 @@ Differences from AdaQP, on purpose:
 
 * ``MB`` counts the group's real rows ``n_j`` (AdaQP uses ``group_size`` for the partial last
   group too) and the 8 bytes of fp32 ``(scale, lo)`` per row that
-  :func:`jaxgraph.comm.quantized.wire_bytes` puts on the wire. The per-bucket rounding of packed
+  :func:`jaxgraph.partition.buckets.wire_bytes` puts on the wire. The per-bucket rounding of packed
   codes up to whole bytes (at most ``D`` bytes per bucket) is left out, which keeps the model
   linear.
 * ``T_u`` is the achievable lower bound ``sum_r max_c`` (AdaQP: the looser ``sum_r min_c``).

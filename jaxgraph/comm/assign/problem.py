@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 BITS = (2, 4, 8)
-ALL_WIDTHS = (2, 4, 8, 32)  # 32: raw fp32 rows (compression off), as in jaxgraph.comm.quantized
+ALL_WIDTHS = (2, 4, 8, 32)  # 32: raw fp32 rows (compression off), as in jaxgraph.partition.buckets
 MIB = 2**20
 PARAM_BYTES = 8  # fp32 (scale, lo) per quantized row
 TIME_TOL = 1e-12  # relative: T_n - T_u below this share of T_n counts as "no time to trade"
