@@ -20,11 +20,14 @@ Methods (``--methods``): ``cagnet``, ``cagnet-q4`` (4-bit blocks and gradient su
 ``sancus-clip`` / ``sancus-eclip`` (local clipping of the parameter gradients before the
 all-reduce at ``th = --clip``, or of each device's embedding-gradient message as in
 Algorithm 1, line 22, at ``th = --eclip``; the two clip different quantities, of different
-norms), ``skipg`` and ``skipg-q4`` (Δ = 1 after the same warm-up), ``vanilla``,
+norms), ``sancus-random`` / ``sancus-adaptive`` (a width per owner block, layer and
+direction, drawn from 2/4/8 or chosen by AdaQP's bi-objective at λ 0.5 under the 10 GbE cost
+model, every ``epochs // 5`` epochs; :mod:`jaxgraph.comm.blockwidths`), ``skipg`` and
+``skipg-q4`` (Δ = 1 after the same warm-up), ``vanilla``,
 ``pipegcn``, ``pipegcn-q4``, ``adaqp`` and ``adaqp-squares`` (message weight: the square
 of the sum of aggregation coefficients, as the public implementation, or their sum of
-squares, the paper's beta_k). Adaptive widths for the
-broadcasts and the stale halos are not implemented.
+squares, the paper's beta_k). Adaptive widths for PipeGCN's stale halos are not
+implemented.
 
 Outputs (prefix ``--out``): ``.csv`` (one row per run, rewritten after every run; ``--resume``
 keeps them) and ``.md`` (the table with its settings).
@@ -67,7 +70,7 @@ from jaxgraph.train.methods import (  # noqa: E402
 from results_io import read_csv, write_csv  # noqa: E402
 
 BLOCK = ("cagnet", "cagnet-q4", "sancus", "sancus-q4", "sancus-clip", "sancus-eclip")
-BLOCK += ("skipg", "skipg-q4")
+BLOCK += ("sancus-random", "sancus-adaptive", "skipg", "skipg-q4")
 HALO = ("vanilla", "pipegcn", "pipegcn-q4", "adaqp", "adaqp-squares")
 PRESET_NAMES = ("10gbe", "nvlink3")
 
@@ -82,6 +85,8 @@ def method_for(name: str, args):
         "sancus-q4": Sancus(**sancus, quantize=4),
         "sancus-clip": Sancus(**sancus, clip=args.clip),
         "sancus-eclip": Sancus(**sancus, clip=args.eclip, clip_at="embeddings"),
+        "sancus-random": Sancus(**sancus, quantize="random"),
+        "sancus-adaptive": Sancus(**sancus, quantize="adaptive"),
         "skipg": SkipG(1, warmup=args.warmup),
         "skipg-q4": SkipG(1, warmup=args.warmup, quantize=4),
         "vanilla": Vanilla(),

@@ -143,8 +143,8 @@ def run_dataset(name, args, mesh, rounds, results, traces):
     # Warm-up: numba kernels, the decode kernel, the planned syncs and the device-pair programs
     # (one per walk-row size class, and the active set shrinks) compile on first use; a full
     # untimed FeLoG run meets every size class the timed rows will.
-    embed(configs["felog"].replace(rounds=rounds).replace(parts=mesh.size), train, mesh=mesh)
-    embed(configs["-FaBC"].replace(rounds=1).replace(parts=mesh.size), train, mesh=mesh)
+    embed(configs["felog"].replace(rounds=rounds, parts=mesh.size), train, mesh=mesh)
+    embed(configs["-FaBC"].replace(rounds=1, parts=mesh.size), train, mesh=mesh)
 
     def evaluate(row, syn0):
         if split is not None:
@@ -159,7 +159,7 @@ def run_dataset(name, args, mesh, rounds, results, traces):
     runs = {}
     for row_name, cfg in configs.items():
         res = embed(
-            cfg.replace(rounds=rounds).replace(parts=mesh.size),
+            cfg.replace(rounds=rounds, parts=mesh.size),
             train,
             mesh=mesh,
             snapshot_rounds=tuple(range(rounds)),

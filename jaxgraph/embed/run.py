@@ -21,6 +21,19 @@ the programs are compiled before the first round and their compile time is repor
 CPU-sized run (BlogCatalog, about a minute per baseline round on 2 cores)::
 
     jaxgraph embed --dataset blogcatalog --method felog --preset cpu --out runs/blog_felog
+
+A config file describes a whole run, the graph (``[data]``, :class:`EmbedData`) and the device
+count (``parts``) included (``jaxgraph embed --config run.toml``, or
+``embed(load_embed_config("run.toml"))``)::
+
+    method = "deepwalk"
+    rounds = 4
+    parts = 2
+    [data]
+    name = "sbm"  # or graph = "edges.txt" with directed = false
+    num_nodes = 2000
+    [walk]
+    walk_length = 40
 """
 
 from __future__ import annotations
@@ -65,7 +78,8 @@ class EmbedData:
     user's own instead (:func:`jaxgraph.data.read_graph`: PyG ``.npz``, an edge list, a SciPy
     ``.npz``, an OGB directory), read in ``format`` (default: from the file), with
     ``features`` and ``labels`` files beside an edge list; ``directed`` must be given where
-    the file cannot say.
+    the file cannot say. ``seed`` draws the ``sbm`` graph (and Cora's random split); None
+    takes the run's seed (:attr:`EmbedConfig.seed`).
     """
 
     name: str | None = None
@@ -75,11 +89,15 @@ class EmbedData:
     features: str | None = None
     labels: str | None = None
     num_nodes: int = 2000
+    seed: int | None = None
 
     def __post_init__(self):
         n = self.num_nodes
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
             raise ValueError(f"num_nodes must be an integer >= 1, got {n!r}")
+        s = self.seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int | np.integer) or s < 0):
+            raise ValueError(f"data.seed must be an integer >= 0 or None, got {s!r}")
         if self.graph is None:
             for name in ("format", "directed", "features", "labels"):
                 if getattr(self, name) is not None:
@@ -88,13 +106,16 @@ class EmbedData:
             raise ValueError(
                 f"name ({self.name!r}) and graph ({self.graph!r}) name two graphs; give one"
             )
+        elif self.seed is not None:
+            raise ValueError("data.seed applies to a dataset or an sbm graph, not a graph file")
 
 
 def load_embed_graph(data: EmbedData, *, seed: int = 0) -> Graph:
     """The graph ``data`` names: the user's file (its node ids kept in ``Graph.ids``; what
     reading changed or assumed is logged on the ``jaxgraph`` logger), a bundled dataset, or an
-    ``sbm`` graph drawn from ``seed``."""
+    ``sbm`` graph drawn from ``data.seed`` (None: from ``seed``, the run's)."""
     if data.graph is None:
+        seed = seed if data.seed is None else data.seed
         return load_embedding_graph(data.name or "blogcatalog", num_nodes=data.num_nodes, seed=seed)
     import logging
 
@@ -647,7 +668,7 @@ def _data_from_args(args, data: EmbedData) -> EmbedData:
     companions = {o: getattr(args, o) for o in _GRAPH_FILE_OPTIONS}
     companions = {o: v for o, v in companions.items() if v is not None}
     if args.dataset is not None:
-        data = EmbedData(name=args.dataset, num_nodes=data.num_nodes)
+        data = EmbedData(name=args.dataset, num_nodes=data.num_nodes, seed=data.seed)
     elif args.graph is not None:
         data = EmbedData(graph=args.graph, num_nodes=data.num_nodes)
     if companions and data.graph is None:

@@ -371,10 +371,10 @@ def test_embedding_is_identical_with_compression_on_and_off():
         seed=4,
     )
     off = embed(base.replace(parts=2), g)
-    on = embed(base.replace(compress=FabcConfig(k=2)).replace(parts=2), g)
+    on = embed(base.replace(compress=FabcConfig(k=2), parts=2), g)
     # Pairs built on the devices from the walks decoded there: nothing else crosses.
     device = base.replace(sgns=dataclasses.replace(base.sgns, pairs="device"))
-    on_device = embed(device.replace(compress=FabcConfig(k=2)).replace(parts=2), g)
+    on_device = embed(device.replace(compress=FabcConfig(k=2), parts=2), g)
     for run in (on, on_device):
         np.testing.assert_array_equal(run.syn0, off.syn0)
         np.testing.assert_array_equal(run.syn1, off.syn1)

@@ -2,6 +2,9 @@
 included) is reachable from a .toml/.json file, and the command line's options override it."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +159,111 @@ def test_cli_takes_the_graph_and_devices_from_the_file(tmp_path, capsys):
     argv = ["embed", "--config", str(path), "--dataset", "nope", "--task", "none"]
     assert main(argv) == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err
+
+
+def test_data_and_parts_round_trip_through_json_and_toml(tmp_path):
+    """The graph and the device count read back from a file as they were written: JSON from
+    ``to_dict``, and TOML with its ``[data]`` section."""
+    cfg = EmbedConfig(
+        data=EmbedData(graph="edges.txt", format="edgelist", directed=False, labels="y.txt"),
+        parts=4,
+    )
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg.to_dict()))
+    assert load_embed_config(path) == cfg
+    path = tmp_path / "c.toml"
+    path.write_text('parts = 4\n[data]\nname = "sbm"\nnum_nodes = 300\nseed = 7\n')
+    assert load_embed_config(path) == EmbedConfig(
+        data=EmbedData(name="sbm", num_nodes=300, seed=7), parts=4
+    )
+
+
+def test_data_seed_draws_the_graph_apart_from_the_run_seed():
+    """``data.seed`` fixes the sbm graph whatever the run's seed; None takes the run's."""
+    own = load_embed_graph(EmbedData(name="sbm", num_nodes=80, seed=3), seed=0)
+    runs = load_embed_graph(EmbedData(name="sbm", num_nodes=80), seed=3)
+    other = load_embed_graph(EmbedData(name="sbm", num_nodes=80), seed=0)
+    np.testing.assert_array_equal(own.indices, runs.indices)
+    assert not np.array_equal(own.indices, other.indices)
+    with pytest.raises(ValueError, match="data.seed must be an integer >= 0 or None, got -1"):
+        EmbedData(name="sbm", seed=-1)
+    with pytest.raises(ValueError, match="data.seed applies to a dataset or an sbm graph"):
+        EmbedData(graph="edges.txt", seed=1)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("parts = 0\n", "parts must be an integer >= 1, got 0"),
+        ("parts = true\n", "parts must be an integer >= 1, got True"),
+        ('parts = "2"\n', "parts must be an integer >= 1, got '2'"),
+        ("[data]\nnum_nodes = 0\n", "num_nodes must be an integer >= 1, got 0"),
+        ("[data]\nnodes = 10\n", r"unknown key\(s\) \['nodes'\] in config.data"),
+        ('[data]\nformat = "pyg"\n', "format applies to a graph file"),
+    ],
+)
+def test_bad_parts_and_data_in_a_file_name_the_field(text, message, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        load_embed_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_parts_beyond_the_devices_and_a_mesh_of_another_size_are_refused():
+    import jax
+
+    from jaxgraph.mesh import make_mesh
+
+    too_many = jax.device_count() + 1
+    with pytest.raises(ValueError, match=f"{too_many}"):
+        embed(EmbedConfig(parts=too_many, data=EmbedData(name="sbm", num_nodes=60)))
+    with pytest.raises(ValueError, match="the mesh has 2 devices but config.parts is 1"):
+        embed(EmbedConfig(data=EmbedData(name="sbm", num_nodes=60)), mesh=make_mesh(2))
+
+
+def test_a_config_file_names_a_graph_file(tmp_path):
+    """``[data] graph = ...`` with its ``directed``: the user's file, ids kept, embedded from
+    the config alone exactly as from the graph read by hand."""
+    from jaxgraph.data import read_graph
+
+    rng = np.random.default_rng(0)
+    ids = 1000 + np.arange(40) * 7
+    edges = [(ids[i], ids[(i + 1) % 40]) for i in range(40)]
+    edges += [(ids[a], ids[b]) for a, b in rng.integers(0, 40, size=(40, 2)) if a != b]
+    (tmp_path / "edges.txt").write_text("".join(f"{u} {v}\n" for u, v in edges))
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'method = "deepwalk"\nrounds = 1\n[data]\ngraph = "{tmp_path / "edges.txt"}"\n'
+        "directed = false\n[walk]\nwalk_length = 8\n[sgns]\ndim = 8\nwindow = 3\n"
+    )
+    cfg = load_embed_config(path)
+    graph, _ = read_graph(tmp_path / "edges.txt", directed=False)
+    assert sorted(graph.ids.tolist()) == sorted(ids.tolist())
+    np.testing.assert_array_equal(embed(cfg).syn0, embed(cfg, graph).syn0)
+
+
+def test_cli_parts_and_nodes_on_the_command_line_replace_the_file(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text(TINY)
+    argv = ["embed", "--config", str(path), "--task", "none", "--quiet"]
+    assert main([*argv, "--parts", "1", "--nodes", "90", "--seed", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["parts"] == 1 and summary["dataset"] == "dc_sbm_n90_c5"
+
+
+def test_cli_config_file_sets_the_devices_before_jax_starts(tmp_path):
+    """A fresh ``jaxgraph embed --config FILE`` process (no device emulation set outside)
+    emulates enough CPU devices for the file's ``parts``, and embeds the file's graph."""
+    path = tmp_path / "run.toml"
+    path.write_text(TINY)
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    argv = ["embed", "--config", str(path), "--task", "none", "--quiet"]
+    script = f"from jaxgraph.cli import main; raise SystemExit(main({argv!r}))"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["parts"] == 2 and summary["dataset"] == "dc_sbm_n120_c5"

@@ -145,7 +145,7 @@ def test_round_log_of_felog_and_baseline(num_parts):
     assert res.stop_reason in ("active_set_empty", "max_rounds")
     assert (res.stop_reason == "active_set_empty") == (logs[-1].next_active == 0)
     assert res.syn0.shape == (g.num_nodes, 8) and np.isfinite(res.syn0).all()
-    base = embed(fb.replace(method="deepwalk").replace(parts=num_parts), g)
+    base = embed(fb.replace(method="deepwalk", parts=num_parts), g)
     assert len(base.rounds) == 6 and base.stop_reason == "max_rounds"
     assert all(b.active == logs[0].active for b in base.rounds)
     assert base.tokens > res.tokens

@@ -240,7 +240,7 @@ def test_embed_refuses_a_corrupt_or_foreign_checkpoint(tmp_path):
         "state_000001",
     ]
     with pytest.raises(CheckpointError, match=r"different run: settings \['seed'\]"):
-        embed(cfg.replace(seed=3).replace(parts=2), GRAPH, checkpoint_dir=tmp_path)
+        embed(cfg.replace(seed=3, parts=2), GRAPH, checkpoint_dir=tmp_path)
     for data in _data_files(tmp_path / "state_000001"):
         data.write_bytes(data.read_bytes()[:-7])
     with pytest.raises(CheckpointError, match="state_000001"):
