@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores, first_width, saved_getter
+from jaxgraph.comm.assign.problem import TIME_TOL
 from jaxgraph.comm.broadcast import tree_perm, tree_rounds
 from jaxgraph.comm.qbroadcast import block_bytes
 from jaxgraph.comm.strategy import Controller
@@ -147,14 +148,14 @@ def choose_widths(
     var = weights[:, None] * phi[None, :]  # [P, W]
     v_n, v_u = var[:, 0].sum(), var[:, -1].sum()
     t_n, t_u = seconds[:, -1].sum(), seconds[:, 0].sum()
-    cost = np.zeros_like(var)
-    if v_n - v_u > 0:
-        cost += lam * (var - var[:, -1:]) / (v_n - v_u)
-    if t_n - t_u > 1e-12 * max(t_n, 1e-30):
-        cost += (1.0 - lam) * (seconds - seconds[:, :1]) / (t_n - t_u)
-    if lam == 1.0 or not (t_n - t_u > 1e-12 * max(t_n, 1e-30)):
-        pick = np.full(len(weights), len(candidates) - 1)  # no time to trade: the widest
+    # The time term's weight, 0 when there is no time to trade (as in assign.problem).
+    a_time = (1.0 - lam) / (t_n - t_u) if t_n - t_u > max(TIME_TOL * t_n, 0.0) else 0.0
+    if a_time == 0.0:  # variance alone: the widest width is optimal for every block
+        pick = np.full(len(weights), len(candidates) - 1)
     else:
+        cost = a_time * (seconds - seconds[:, :1])
+        if v_n - v_u > 0:
+            cost = cost + lam * (var - var[:, -1:]) / (v_n - v_u)
         pick = np.argmin(cost, axis=1)
     rows = np.arange(len(weights))
     widths = tuple(int(candidates[i]) for i in pick)
@@ -168,8 +169,8 @@ class BlockWidthsController(Controller):
     """Host half of widths per owner block: installs the next period's widths at each
     boundary (random draws known ahead; adaptive solved from the traces of the period).
 
-    The exchange declares which layers carry widths (``quantized_layers``) and ``block_rows``
-    (``B``), and its ``quantize`` is a :class:`BlockQuantize`.
+    The exchange declares which layers carry widths (``quantized_layers``), and its
+    ``quantize`` is a :class:`BlockQuantize`; a block has the plan's ``num_local_rows`` rows.
     """
 
     def __init__(self, exchange, plan, layer_dims, *, cost=None):
