@@ -50,6 +50,10 @@ def _args(argv=None):
     ap.add_argument(
         "--shared-negatives", type=int, default=1, help="pairs per draw of negatives (1: each)"
     )
+    ap.add_argument(
+        "--interleave", default="8", help="steps whose batches interleave (none: the sync period)"
+    )
+    ap.add_argument("--sync-every", type=int, default=64, help="steps between replica merges")
     ap.add_argument("--merge", default="sum", help="replica merge (mean, sum or touched)")
     ap.add_argument("--parts", type=int, default=2, help="emulated devices (replicas)")
     ap.add_argument("--chunks", type=int, default=5, help="rounds the corpus is fed in")
@@ -80,6 +84,8 @@ def main(argv=None):
         batch_size=args.batch_size,
         row_cap=None if args.row_cap == "none" else int(args.row_cap),
         shared_negatives=args.shared_negatives,
+        interleave=None if args.interleave == "none" else int(args.interleave),
+        sync_every=args.sync_every,
         merge=args.merge,
         lr_schedule="global",
         schedule_rounds=args.chunks,

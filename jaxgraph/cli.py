@@ -253,6 +253,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ep.add_argument("--sync-every", type=int)
     ep.add_argument(
+        "--interleave",
+        type=int,
+        help="steps whose batches interleave: a batch draws its pairs from about this many "
+        "batches of consecutive pairs (default 8)",
+    )
+    ep.add_argument(
         "--merge",
         help="replica merge: mean, sum or touched (each row takes the mean change of the "
         "replicas that changed it)",

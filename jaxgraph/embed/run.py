@@ -539,6 +539,7 @@ _OPTIONS = {
             "batch_size",
             "shared_negatives",
             "sync_every",
+            "interleave",
             "merge",
             "pairs",
         )

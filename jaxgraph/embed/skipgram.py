@@ -19,9 +19,11 @@ distribution:
 * *Interleaved batches.* The pairs of one walk come in runs (every centre token gives up to
   ``2 w`` pairs, and its neighbours share most of them), so ``B`` consecutive pairs hold each
   of their rows about ``w`` times, and a walk that bounces on a leaf-hub edge holds the same
-  pair hundreds of times. Step ``s`` of a chunk of ``S`` steps therefore trains the pairs
-  ``s, s + S, s + 2 S, ...`` of the chunk's ``S B`` pairs: consecutive pairs land in different
-  steps, every pair is trained once, in a fixed order (the same on every backend and mesh).
+  pair hundreds of times. The pairs of ``I`` consecutive steps (``interleave``) are
+  therefore dealt round-robin: step ``s`` of such a span trains its pairs ``s, s + I,
+  s + 2 I, ...``, so consecutive pairs land in different steps, a batch holds pairs of a
+  stretch of about ``I B`` consecutive pairs, and every pair is trained once, in a fixed order
+  (the same on every backend and mesh).
 * *A cap on a row's step* (``row_cap = c``). A row that receives ``k`` updates in one step (as
   an input row of ``syn0``, or as a positive or negative output row of ``syn1``) moves by
   ``min(1, c / k)`` times their sum: up to ``c`` updates add as in word2vec, beyond that the
@@ -148,6 +150,10 @@ class SkipGramConfig:
         pair draws its own (word2vec). A shared negative counts once per group under the row
         cap (module docstring).
       sync_every: steps between two table syncs (a round always ends with a full merge).
+      interleave: ``I``, steps whose batches interleave: the pairs of ``I`` consecutive steps
+        are dealt round-robin into them, so a batch draws its pairs from a stretch of about
+        ``I B`` consecutive pairs of the walks (module docstring: with the row cap, a narrow
+        stretch damps rows that recur within a few walks). None: the whole sync period.
       merge: how syncs combine replicas: ``"mean"`` (averaging, FeLoG's AllSync), ``"sum"``
         (every replica's change counts fully) or ``"touched"`` (each row takes the mean change
         of the replicas that changed it); see :func:`merge_rows`.
@@ -171,6 +177,7 @@ class SkipGramConfig:
     row_cap: int | None = 4
     shared_negatives: int = 1
     sync_every: int = 64
+    interleave: int | None = 8
     merge: Merge = "mean"
     block_pairs: int = 1 << 23
     pairs: Literal["host", "device"] = "host"
@@ -186,6 +193,8 @@ class SkipGramConfig:
                 f"shared_negatives must be in [1, batch_size = {self.batch_size}] and divide "
                 f"it, got {self.shared_negatives}"
             )
+        if self.interleave is not None and self.interleave < 1:
+            raise ValueError(f"interleave must be >= 1 or None, got {self.interleave}")
         if self.row_cap is not None and self.row_cap < 1:
             raise ValueError(f"row_cap must be >= 1 or None, got {self.row_cap}")
         if self.counts not in COUNT_SOURCES:
@@ -544,12 +553,15 @@ def _train_chunk(
     negatives,
     row_cap,
     share=1,
+    span=None,
 ):
     """The first ``num_steps`` of ``S`` buffered SGNS steps on this device's replica.
 
     ``num_steps`` (``S'``) is traced, so one compiled program serves every chunk length;
     buffer slots past its ``S' B`` pairs are never read. Batches are interleaved (module
-    docstring): step ``s`` trains pairs ``s, s + S', s + 2 S', ...`` of the flattened buffer.
+    docstring) within spans of ``I = span`` steps (None: the whole chunk): step ``s`` of the
+    span starting at step ``g`` trains pairs ``g B + (s - g) + I' j`` (``j < B``) of the
+    flattened buffer, ``I' = min(I, S' - g)`` the span's length.
     Step ``s`` draws its negatives from ``fold_in(fold_in(key, first_step + s), device)``,
     ``K`` for every group of ``share`` consecutive pairs of its batch.
 
@@ -563,13 +575,15 @@ def _train_chunk(
     n = tables.syn0.shape[1]
     # in, out: int32[S B]; w: f32[S B]
     flat_in, flat_out, flat_w = (a[0].reshape(-1) for a in (inputs, outputs, weights))
-    stride = jnp.arange(batch, dtype=jnp.int32) * num_steps  # int32[B]
+    lane = jnp.arange(batch, dtype=jnp.int32)  # int32[B]
+    span = num_steps if span is None else jnp.minimum(span, num_steps)
 
     def step(s, carry):
         syn0, syn1, loss, scratch = carry  # f32[N, d], f32[N, d], f32[], int32[2N] | None
         k = jax.random.fold_in(jax.random.fold_in(key, first_step + s), device)
         neg = sample_negatives(k, accept, alias, (batch // share, negatives))  # int32[B/G, K]
-        at = s + stride  # int32[B]
+        g = (s // span) * span  # first step of s's span
+        at = g * batch + (s - g) + lane * jnp.minimum(span, num_steps - g)  # int32[B]
         ins, outs, w = flat_in[at], flat_out[at], flat_w[at]  # int32[B], int32[B], f32[B]
         syn0, syn1, step_loss, scratch = _sgns_step(
             syn0, syn1, ins, outs, neg, w, lr[s], row_cap, scratch
@@ -597,7 +611,12 @@ def _sync_tables(tables, anchor, *, axis_name, sync):
 
 @functools.lru_cache(maxsize=32)
 def train_program(
-    mesh: Mesh, axis_name: str, negatives: int, row_cap: int | None = None, share: int = 1
+    mesh: Mesh,
+    axis_name: str,
+    negatives: int,
+    row_cap: int | None = None,
+    share: int = 1,
+    span: int | None = None,
 ):
     """The jitted data-parallel training program (cached per mesh, ``K`` and row cap).
 
@@ -616,6 +635,7 @@ def train_program(
                 negatives=negatives,
                 row_cap=row_cap,
                 share=share,
+                span=span,
             ),
             mesh=mesh,
             in_specs=(shard, shard, shard, shard, rep, rep, rep, rep, rep, rep),
@@ -644,6 +664,7 @@ def _train_buffered(
     batch,
     row_cap,
     share=1,
+    span=None,
 ):
     """:func:`_train_chunk` on steps ``start .. start + num_steps`` of pair buffers held on
     the device (:func:`pairs_program`): the chunk is pairs ``start B .. (start + num_steps) B``
@@ -678,6 +699,7 @@ def _train_buffered(
         negatives=negatives,
         row_cap=row_cap,
         share=share,
+        span=span,
     )
     hits = live.astype(jnp.int32)
     updates = updates[0].at[x_in].add(hits).at[x_out].add(hits)
@@ -692,6 +714,7 @@ def buffered_train_program(
     batch: int,
     row_cap: int | None = None,
     share: int = 1,
+    span: int | None = None,
 ):
     """The jitted :func:`_train_buffered` (tables and ``updates`` donated): ``train(tables,
     inputs, outputs, count, updates, lr, num_steps, start, first_step, key, accept, alias) ->
@@ -707,6 +730,7 @@ def buffered_train_program(
                 batch=batch,
                 row_cap=row_cap,
                 share=share,
+                span=span,
             ),
             mesh=mesh,
             in_specs=(shard,) * 5 + (rep,) * 7,
@@ -871,13 +895,13 @@ class SkipGramTrainer:
         # each call waits for its result, so a round never queues collectives into the
         # rendezvous abort of that runtime; elsewhere dispatch stays asynchronous.
         cap = config.row_cap
-        share = config.shared_negatives
+        share, span = config.shared_negatives, config.interleave
         self._train = Bounded(
-            train_program(mesh, self.axis_name, config.negatives, cap, share), mesh
+            train_program(mesh, self.axis_name, config.negatives, cap, share, span), mesh
         )
         self._train_buffered = Bounded(
             buffered_train_program(
-                mesh, self.axis_name, config.negatives, config.batch_size, cap, share
+                mesh, self.axis_name, config.negatives, config.batch_size, cap, share, span
             ),
             mesh,
         )

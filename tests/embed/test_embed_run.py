@@ -157,6 +157,9 @@ def test_command_line_defaults_come_from_the_preset():
     assert published == EmbedConfig(method="deepwalk", walk=WalkConfig(kind="deepwalk"))
     assert (published.walk.walk_length, published.sgns.window) == (80, 10)
     assert published.sgns.lr_schedule == "global" and published.sgns.row_cap == 4
+    assert published.sgns.interleave == 8 and config("--interleave", "2").sgns.interleave == 2
+    with pytest.raises(ValueError, match=r"--interleave .*must be >= 1 or None, got 0"):
+        config("--interleave", "0")
     assert config("--preset", "cpu", "--method", "felog") == cpu_config("felog")
     mixed = config("--preset", "cpu", "--window", "7", "--row-cap", "none", "--merge", "touched")
     assert mixed.walk.walk_length == 40 and mixed.sgns.window == 7

@@ -104,6 +104,8 @@ def test_shared_negatives_config_range():
     with pytest.raises(ValueError, match="shared_negatives"):
         SkipGramConfig(shared_negatives=0)
     assert SkipGramConfig(shared_negatives=8).shared_negatives == 8
+    with pytest.raises(ValueError, match="interleave must be >= 1 or None, got 0"):
+        SkipGramConfig(interleave=0)
 
 
 @pytest.mark.parametrize("copies", [1, 3, 4, 5, 40])
@@ -158,10 +160,15 @@ def _negatives(key, step, device, accept, alias, batch):
     return negatives_of(k, accept, alias, (batch, NEG))
 
 
-def _interleaved(a, dev, s, period, j):
+def _interleaved(a, dev, s, period, j, span=None):
     """Step ``j`` of the chunk of steps ``s .. s + period`` of device ``dev``: pairs
-    ``j, j + period, ...`` of the chunk (the trainer's interleaved batches)."""
-    return a[dev, s : s + period].reshape(-1)[j + period * np.arange(BATCH)]
+    ``j, j + period, ...`` of the chunk (the trainer's interleaved batches), or with ``span``
+    the same within each run of ``span`` steps (the last run may be shorter)."""
+    span = period if span is None else min(span, period)
+    first = (j // span) * span
+    width = min(span, period - first)
+    flat = a[dev, s : s + period].reshape(-1)
+    return flat[first * BATCH + (j - first) + width * np.arange(BATCH)]
 
 
 @pytest.mark.parametrize("merge", ["mean", "sum"])
@@ -188,8 +195,17 @@ def test_data_parallel_with_shared_negatives_equals_oracle(num_parts):
         _check_replicas(rng, mesh, num_parts, "sum", 4, 0.2, period, cap, share=4)
 
 
-def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap, share=1):
-    train = train_program(mesh, AXIS, NEG, cap, share)
+@pytest.mark.parametrize("num_parts", [1, 2])
+def test_batches_interleave_within_spans(num_parts):
+    """``interleave = 3`` with a sync period of 4: steps 0-2 deal the first 3 B pairs of the
+    chunk round-robin, step 3 trains the last B in order; equal to the replica simulation."""
+    rng = np.random.default_rng(20 + num_parts)
+    mesh = make_mesh(num_parts, AXIS)
+    _check_replicas(rng, mesh, num_parts, "sum", 8, 0.2, 4, 2, span=3)
+
+
+def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap, share=1, span=None):
+    train = train_program(mesh, AXIS, NEG, cap, share, span)
     sync = sync_program(mesh, AXIS, AllSync(merge))
     syn0, syn1 = _tables(rng, N, DIM, 0.5)
     ins = rng.integers(0, 20, (num_parts, steps, BATCH)).astype(np.int32)  # many duplicates
@@ -231,7 +247,7 @@ def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap, share=1
                 r = ref
                 for j in range(period):
                     neg = _negatives(key, s + j, dev, accept, alias, BATCH // share)
-                    batch = (_interleaved(a, dev, s, period, j) for a in (ins, outs, w))
+                    batch = (_interleaved(a, dev, s, period, j, span) for a in (ins, outs, w))
                     r = capped_update(*r, *batch, neg, lr, cap)[:2]
                 reps.append(r)
             if merge == "mean":
