@@ -1,5 +1,7 @@
 """The quantized ring exchange: exactness when off, delivered values, gradients, bytes."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,34 +102,16 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks, 
     f = _exchange_program(plan, state)
     halo = np.asarray(f(x, state["fwd"][0], state["bwd"][0], key))
 
-    # Simulate the sender on the host: per width, the round buckets (each padded with zero rows
-    # to a multiple of k = 8 / b) concatenated in round order and quantized with one key.
     offsets = np.cumsum([0, *plan.round_rows])
-    dtype = jnp.dtype(param_dtype)
-    quant = jax.jit(
-        lambda x, w, k: dequantize(*quantize(x, w, k, param_dtype=dtype), w, x.shape[0]),
-        static_argnums=1,
-    )
     capacity = widths if chunks else None
     buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["fwd"][0]
     if chunks:  # the layout's buckets: exactly the candidate widths
         assert state["fwd"][0].widths == widths
     for s in range(num_parts):
         sender_key = jax.random.fold_in(jax.random.fold_in(key, s), 0)
-        for w in sorted({w for rb in buckets for w in rb}):
-            k = 8 // w
-            pieces, where = [], []
-            for r, rb in enumerate(buckets, 1):
-                if w not in rb:
-                    continue
-                # Pad slots (-1) pick some row; only real slots are compared below.
-                sent = x[s][plan.send_idx[r - 1][s]][rb[w]["send"][s]]
-                where.append((r, sum(p.shape[0] for p in pieces), sent.shape[0]))
-                pad = -(-sent.shape[0] // k) * k - sent.shape[0]
-                pieces.append(np.pad(sent, ((0, pad), (0, 0))))
-            expect = np.asarray(
-                quant(jnp.asarray(np.concatenate(pieces)), w, jax.random.fold_in(sender_key, w))
-            )
+        rows_of = lambda r, slots, s=s: x[s][plan.send_idx[r - 1][s]][slots]
+        messages = _sender_messages(buckets, s, rows_of, sender_key, param_dtype)
+        for w, (expect, where) in messages.items():
             for r, start, count in where:
                 d = (s + r) % num_parts
                 slots = buckets[r - 1][w]["recv"][d]
@@ -167,11 +151,6 @@ def test_owner_gets_dequant_of_quant_of_gradient_rows(chunks, param_dtype):
     g_all = np.random.default_rng(0).standard_normal((num_parts, plan.num_halo_rows, 3))
     g_all = np.where(plan.halo_mask[..., None], g_all, 0).astype(np.float32)  # [P, H, 3]
 
-    dtype = jnp.dtype(param_dtype)
-    quant = jax.jit(
-        lambda x, w, k: dequantize(*quantize(x, w, k, param_dtype=dtype), w, x.shape[0]),
-        static_argnums=1,
-    )
     offsets = np.cumsum([0, *plan.round_rows])
     capacity = strategy.widths if chunks else None
     buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["bwd"][0]
@@ -179,35 +158,58 @@ def test_owner_gets_dequant_of_quant_of_gradient_rows(chunks, param_dtype):
         g = np.zeros_like(g_all)
         g[:, offsets[r - 1] : offsets[r]] = g_all[:, offsets[r - 1] : offsets[r]]
         got = np.asarray(grad(x, g))
-        # Simulate each backward sender e (the forward receiver) on the host: per width, its
-        # round buckets of gradient rows (padded to a multiple of k = 8 / b) concatenated in
-        # round order and quantized with one key; the owner is e - r.
+        # Each backward sender e is the forward receiver; the owner of its round-rr rows is
+        # e - rr.
         expect = np.zeros_like(x)
         for e in range(num_parts):
             sender_key = jax.random.fold_in(jax.random.fold_in(key, e), 1)
-            for w in sorted({w for rb in buckets for w in rb}):
-                k = 8 // w
-                pieces, where = [], []
-                for rr, rb in enumerate(buckets, 1):
-                    if w not in rb:
-                        continue
-                    # Pad slots (-1) pick some row; only real slots are placed below.
-                    sent = g[e][offsets[rr - 1] + rb[w]["send"][e]]
-                    where.append((rr, sum(p.shape[0] for p in pieces)))
-                    pad = -(-sent.shape[0] // k) * k - sent.shape[0]
-                    pieces.append(np.pad(sent, ((0, pad), (0, 0))))
-                rows = np.asarray(
-                    quant(jnp.asarray(np.concatenate(pieces)), w, jax.random.fold_in(sender_key, w))
-                )
-                for rr, start in where:
+            rows_of = lambda rr, slots, e=e, g=g: g[e][offsets[rr - 1] + slots]
+            messages = _sender_messages(buckets, e, rows_of, sender_key, param_dtype)
+            for w, (rows, where) in messages.items():
+                for rr, start, count in where:
                     owner = (e - rr) % num_parts
                     slots = buckets[rr - 1][w]["recv"][owner]
                     real = slots >= 0
                     np.testing.assert_array_equal(slots, buckets[rr - 1][w]["send"][e])
                     target = plan.send_idx[rr - 1][owner][slots[real]]
-                    np.add.at(expect[owner], target, rows[start : start + slots.size][real])
+                    np.add.at(expect[owner], target, rows[start : start + count][real])
         np.testing.assert_array_equal(got, expect)
         assert np.abs(got).max() > 0  # the round's gradient rows did arrive
+
+
+@functools.partial(jax.jit, static_argnums=(1, 3))
+def _roundtrip(rows, bits, key, param_dtype):
+    """The kernels' ``dequantize(quantize(rows))`` at ``bits`` with ``key``."""
+    dtype = jnp.dtype(param_dtype)
+    return dequantize(*quantize(rows, bits, key, param_dtype=dtype), bits, rows.shape[0])
+
+
+def _sender_messages(buckets, sender, rows_of, sender_key, param_dtype):
+    """Simulates one sender of the quantized exchange on the host: per width ``b``, its round
+    buckets (each padded with zero rows to a multiple of ``k = 8 / b``) concatenated in round
+    order and quantized with ``fold_in(sender_key, b)``. ``rows_of(r, slots)`` gives the rows
+    the sender puts in round ``r``'s slots (pad slots, -1, pick some row; callers compare
+    real slots only).
+
+    Returns:
+      ``{b: (decoded rows, [(round, first row, row count), ...])}``.
+    """
+    out = {}
+    for w in sorted({w for rb in buckets for w in rb}):
+        k = 8 // w
+        pieces, where = [], []
+        for r, rb in enumerate(buckets, 1):
+            if w not in rb:
+                continue
+            sent = rows_of(r, rb[w]["send"][sender])
+            where.append((r, sum(p.shape[0] for p in pieces), sent.shape[0]))
+            pad = -(-sent.shape[0] // k) * k - sent.shape[0]
+            pieces.append(np.pad(sent, ((0, pad), (0, 0))))
+        rows = _roundtrip(
+            jnp.asarray(np.concatenate(pieces)), w, jax.random.fold_in(sender_key, w), param_dtype
+        )
+        out[w] = (np.asarray(rows), where)
+    return out
 
 
 def _row_delta(rows, bits):

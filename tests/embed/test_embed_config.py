@@ -73,6 +73,12 @@ def test_example_file_and_defaults():
         ("rounds = 0\n", "rounds must be >= 1, got 0"),
         ("walk = 3\n", "config.walk must be a table/object, got int"),
         ("[walk\n", "is malformed"),
+        ("parts = 0\n", "parts must be an integer >= 1, got 0"),
+        ("parts = true\n", "parts must be an integer >= 1, got True"),
+        ('parts = "2"\n', "parts must be an integer >= 1, got '2'"),
+        ("[data]\nnum_nodes = 0\n", "num_nodes must be an integer >= 1, got 0"),
+        ("[data]\nnodes = 10\n", r"unknown key\(s\) \['nodes'\] in config.data"),
+        ('[data]\nformat = "pyg"\n', "format applies to a graph file"),
     ],
 )
 def test_bad_files_name_the_file_and_key(text, message, tmp_path):
@@ -189,25 +195,6 @@ def test_data_seed_draws_the_graph_apart_from_the_run_seed():
         EmbedData(name="sbm", seed=-1)
     with pytest.raises(ValueError, match="data.seed applies to a dataset or an sbm graph"):
         EmbedData(graph="edges.txt", seed=1)
-
-
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        ("parts = 0\n", "parts must be an integer >= 1, got 0"),
-        ("parts = true\n", "parts must be an integer >= 1, got True"),
-        ('parts = "2"\n', "parts must be an integer >= 1, got '2'"),
-        ("[data]\nnum_nodes = 0\n", "num_nodes must be an integer >= 1, got 0"),
-        ("[data]\nnodes = 10\n", r"unknown key\(s\) \['nodes'\] in config.data"),
-        ('[data]\nformat = "pyg"\n', "format applies to a graph file"),
-    ],
-)
-def test_bad_parts_and_data_in_a_file_name_the_field(text, message, tmp_path):
-    path = tmp_path / "bad.toml"
-    path.write_text(text)
-    with pytest.raises(ValueError, match=message) as info:
-        load_embed_config(path)
-    assert str(path) in str(info.value)
 
 
 def test_parts_beyond_the_devices_and_a_mesh_of_another_size_are_refused():
