@@ -423,11 +423,15 @@ def _name_flag(message: str) -> str:
     return f"{flag} ({field}){message[len(field) :]}" if flag else message
 
 
-def _quantized_taker(field: str) -> str:
-    """The spellings of the quantized method that take ``field``."""
+def _taker(key: str, field: str) -> str:
+    """The spelling of the method ``key`` (of ``METHOD_TYPES``) that takes ``field``."""
     from jaxgraph.train.methods import Quantized
 
-    return "quant-random" if field in Quantized._RANDOM_ONLY else "quant-<2|4|8|random>"
+    if key == "quantized":
+        return "quant-random" if field in Quantized._RANDOM_ONLY else "quant-<2|4|8|random>"
+    if key == "sancus" and field in ("period", "assign"):
+        return "sancus-<...>-q<random|adaptive>"
+    return key
 
 
 def _method_with_flags(method, args):
@@ -454,11 +458,7 @@ def _method_with_flags(method, args):
         top, _, sub = field.partition(".")
         if top not in method.options():
             takers = [
-                _quantized_taker(top)
-                if key == "quantized"
-                else "sancus-<...>-q<random|adaptive>"
-                if key == "sancus" and top in ("period", "assign")
-                else key
+                _taker(key, top)
                 for key, cls in METHOD_TYPES.items()
                 if top in {f.name for f in dataclasses.fields(cls)}
             ]
