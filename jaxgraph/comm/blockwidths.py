@@ -39,7 +39,7 @@ import jax
 import numpy as np
 
 from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores, first_width, saved_getter
-from jaxgraph.comm.assign.problem import TIME_TOL
+from jaxgraph.comm.assign.problem import MIB, TIME_TOL, variance_factor
 from jaxgraph.comm.broadcast import tree_perm, tree_rounds
 from jaxgraph.comm.qbroadcast import block_bytes
 from jaxgraph.comm.strategy import Controller
@@ -144,8 +144,7 @@ def choose_widths(
     Returns:
       ``(width per block, {"variance", "seconds"})`` of the solution.
     """
-    phi = np.array([0.0 if b == 32 else 1.0 / (2**b - 1) ** 2 for b in candidates])
-    var = weights[:, None] * phi[None, :]  # [P, W]
+    var = weights[:, None] * variance_factor(np.asarray(candidates))[None, :]  # [P, W]
     v_n, v_u = var[:, 0].sum(), var[:, -1].sum()
     t_n, t_u = seconds[:, -1].sum(), seconds[:, 0].sum()
     # The time term's weight, 0 when there is no time to trade (as in assign.problem).
@@ -254,7 +253,7 @@ class BlockWidthsController(Controller):
                     [
                         [
                             tree_seconds(
-                                p, j, block_bytes(rows, dim, b) / 2**20, cost, reverse=reverse
+                                p, j, block_bytes(rows, dim, b) / MIB, cost, reverse=reverse
                             )
                             for b in candidates
                         ]

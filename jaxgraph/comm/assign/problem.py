@@ -245,7 +245,7 @@ def _row_mib(widths: np.ndarray, dim: int) -> np.ndarray:
     return _row_bits(widths, dim) / (8.0 * MIB)
 
 
-def _variance_factor(widths: np.ndarray) -> np.ndarray:
+def variance_factor(widths: np.ndarray) -> np.ndarray:
     """``1 / (2^b - 1)^2``; 0 at 32 bits (fp32 rows are sent exactly)."""
     factor = 1.0 / (2.0 ** widths.astype(np.float64) - 1.0) ** 2
     return np.where(widths == 32, 0.0, factor)
@@ -280,7 +280,7 @@ def _model(problem: Problem) -> _Model:
     count = np.concatenate([c.count for c in used]).astype(np.float64) if used else np.zeros(0)
     theta = np.array([problem.theta[c.sender, c.receiver] for c in used], np.float64)
     gamma = np.array([problem.gamma[c.sender, c.receiver] for c in used], np.float64)
-    var = weight[:, None] * _variance_factor(widths)[None, :]
+    var = weight[:, None] * variance_factor(widths)[None, :]
     sec = theta[channel][:, None] * count[:, None] * _row_mib(widths, problem.dim)[None, :]
     round_of = np.array([round_index[c.round] for c in used], np.int64)
 
