@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgraph.comm.costmodel import MIB
 from jaxgraph.comm.quantized import quantized_layer_exchange, row_range_variance
 from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.mesh import to_host
@@ -603,7 +604,7 @@ def _comm_time(channel_bytes, cost) -> dict[str, float]:
         total = 0.0
         for src, dst, nbytes in per_round:
             if src.size:
-                times = cost.theta[src, dst] * nbytes / 2**20 + cost.gamma[src, dst]
+                times = cost.theta[src, dst] * nbytes / MIB + cost.gamma[src, dst]
                 total += max(0.0, float(np.max(times)))
         out[key] = total
     return out

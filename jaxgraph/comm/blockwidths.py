@@ -39,8 +39,9 @@ import jax
 import numpy as np
 
 from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores, first_width, saved_getter
-from jaxgraph.comm.assign.problem import MIB, TIME_TOL, variance_factor
+from jaxgraph.comm.assign.problem import TIME_TOL, variance_factor
 from jaxgraph.comm.broadcast import tree_perm, tree_rounds
+from jaxgraph.comm.costmodel import MIB
 from jaxgraph.comm.qbroadcast import block_bytes
 from jaxgraph.comm.strategy import Controller
 from jaxgraph.mesh import to_host

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxgraph.comm.assign.problem import MIB, Problem, _Model, _row_bits
+from jaxgraph.comm.assign.problem import Problem, _Model, _row_bits
+from jaxgraph.comm.costmodel import MIB
 
 FRONTIER_MAX_POINTS = 20_000_000
 

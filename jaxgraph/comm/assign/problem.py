@@ -9,9 +9,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxgraph.comm.costmodel import MIB
+
 BITS = (2, 4, 8)
 ALL_WIDTHS = (2, 4, 8, 32)  # 32: raw fp32 rows (compression off), as in jaxgraph.partition.buckets
-MIB = 2**20
 PARAM_BYTES = 8  # fp32 (scale, lo) per quantized row
 TIME_TOL = 1e-12  # relative: T_n - T_u below this share of T_n counts as "no time to trade"
 # How a program is solved: "milp" (HiGHS through cvxpy, with a time limit and a gap) or
