@@ -29,6 +29,7 @@ from jaxgraph.data.datasets import (
 from jaxgraph.data.files import (
     GRAPH_FORMATS,
     detect_format,
+    load_graph_file,
     random_split_if_missing,
     read_graph,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "from_pyg_npz",
     "from_scipy",
     "load_dataset",
+    "load_graph_file",
     "planetoid_split",
     "random_split",
     "random_split_if_missing",

@@ -35,6 +35,7 @@ with the path of the offending file (and ``, line N`` for text files) and names 
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import warnings
 import zipfile
@@ -178,6 +179,33 @@ def read_graph(
     if labels is not None:
         graph = _attach_labels(graph, Path(labels), path, notes)
     return graph, notes
+
+
+def load_graph_file(
+    path: str | os.PathLike,
+    *,
+    format: str | None = None,
+    directed: bool | None = None,
+    features: str | os.PathLike | None = None,
+    labels: str | os.PathLike | None = None,
+    split_seed: int | None = None,
+) -> Graph:
+    """:func:`read_graph` as a run reads a user's file: with ``split_seed``, a labelled graph
+    without a split gets :func:`random_split_if_missing`'s; every note of what reading changed
+    or assumed goes to the ``jaxgraph`` logger (INFO).
+
+    Raises:
+      GraphFileError: as :func:`read_graph`.
+    """
+    graph, notes = read_graph(
+        path, format=format, directed=directed, features=features, labels=labels
+    )
+    if split_seed is not None:
+        graph, note = random_split_if_missing(graph, seed=split_seed)
+        notes = [*notes, note] if note else notes
+    for note in notes:
+        logging.getLogger("jaxgraph").info("%s", note)
+    return graph
 
 
 def random_split_if_missing(

@@ -117,20 +117,15 @@ def load_embed_graph(data: EmbedData, *, seed: int = 0) -> Graph:
     if data.graph is None:
         seed = seed if data.seed is None else data.seed
         return load_embedding_graph(data.name or "blogcatalog", num_nodes=data.num_nodes, seed=seed)
-    import logging
+    from jaxgraph.data import load_graph_file
 
-    from jaxgraph.data import read_graph
-
-    graph, notes = read_graph(
+    return load_graph_file(
         data.graph,
         format=data.format,
         directed=data.directed,
         features=data.features,
         labels=data.labels,
     )
-    for note in notes:
-        logging.getLogger("jaxgraph").info("%s", note)
-    return graph
 
 
 @dataclasses.dataclass(frozen=True)

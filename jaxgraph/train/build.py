@@ -16,7 +16,6 @@ A CPU-sized run::
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any
 
 import flax.linen as nn
@@ -36,7 +35,6 @@ from jaxgraph.train.methods import AdaQP, Method, parse_method
 from jaxgraph.train.state import Trainer, TrainState
 
 SYNTHETIC = ("sbm", "rmat")
-log = logging.getLogger("jaxgraph")
 
 
 def make_strategy(
@@ -65,21 +63,16 @@ def load_graph(cfg: DataConfig, *, split: bool = False) -> Graph:
     weight column ignored) is logged on the ``jaxgraph`` logger.
     """
     if cfg.graph is not None:
-        from jaxgraph.data import random_split_if_missing, read_graph
+        from jaxgraph.data import load_graph_file
 
-        graph, notes = read_graph(
+        return load_graph_file(
             cfg.graph,
             format=cfg.format,
             directed=cfg.directed,
             features=cfg.features,
             labels=cfg.labels,
+            split_seed=cfg.seed if split else None,
         )
-        if split:
-            graph, note = random_split_if_missing(graph, seed=cfg.seed)
-            notes = [*notes, note] if note else notes
-        for note in notes:
-            log.info("%s", note)
-        return graph
     from jaxgraph.data import DATASETS, dc_sbm, load_dataset, rmat
 
     if cfg.name == "sbm":
