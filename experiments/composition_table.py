@@ -24,10 +24,10 @@ norms), ``sancus-random`` / ``sancus-adaptive`` (a width per owner block, layer 
 direction, drawn from 2/4/8 or chosen by AdaQP's bi-objective at λ 0.5 under the 10 GbE cost
 model, every ``epochs // 5`` epochs; :mod:`jaxgraph.comm.blockwidths`), ``skipg`` and
 ``skipg-q4`` (Δ = 1 after the same warm-up), ``vanilla``,
-``pipegcn``, ``pipegcn-q4``, ``adaqp`` and ``adaqp-squares`` (message weight: the square
-of the sum of aggregation coefficients, as the public implementation, or their sum of
-squares, the paper's beta_k). Adaptive widths for PipeGCN's stale halos are not
-implemented.
+``pipegcn``, ``pipegcn-q4``, ``pipegcn-adaptive`` (the stale halos at AdaQP's widths, re-solved
+every ``epochs // 5`` epochs from the stale messages' traces), ``adaqp`` and ``adaqp-squares``
+(message weight: the square of the sum of aggregation coefficients, as the public
+implementation, or their sum of squares, the paper's beta_k).
 
 Outputs (prefix ``--out``): ``.csv`` (one row per run, rewritten after every run; ``--resume``
 keeps them) and ``.md`` (the table with its settings).
@@ -71,7 +71,7 @@ from results_io import read_csv, write_csv  # noqa: E402
 
 BLOCK = ("cagnet", "cagnet-q4", "sancus", "sancus-q4", "sancus-clip", "sancus-eclip")
 BLOCK += ("sancus-random", "sancus-adaptive", "skipg", "skipg-q4")
-HALO = ("vanilla", "pipegcn", "pipegcn-q4", "adaqp", "adaqp-squares")
+HALO = ("vanilla", "pipegcn", "pipegcn-q4", "pipegcn-adaptive", "adaqp", "adaqp-squares")
 PRESET_NAMES = ("10gbe", "nvlink3")
 
 
@@ -92,6 +92,7 @@ def method_for(name: str, args):
         "vanilla": Vanilla(),
         "pipegcn": PipeGCN(),
         "pipegcn-q4": PipeGCN(quantize=4),
+        "pipegcn-adaptive": PipeGCN(quantize="adaptive"),
         "adaqp": AdaQP(),
         "adaqp-squares": AdaQP(score="squares"),
     }[name]

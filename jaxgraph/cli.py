@@ -119,7 +119,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--method",
         help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
         "quant-random (quant-<2|4|8|random>-bf16: bfloat16 row parameters), adaqp (adaptive "
-        "bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>], "
+        "bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>|-qadaptive], "
         "cagnet[-q<bits>], sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>], "
         "skipg[-<bound>][-w<warmup>][-q<bits>]",
     )
@@ -179,7 +179,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="pipegcn, cagnet, sancus, skipg: send the halo rows or broadcast blocks, and the "
         "gradients, stochastically quantized at this many bits (2, 4, 8; 32: the same path, "
         "exact); sancus also takes random or adaptive (a width per owner block, re-chosen every "
-        "--assign-period epochs; adaptive by --lam, --widths, --interconnect)",
+        "--assign-period epochs; adaptive by --lam, --widths, --interconnect); pipegcn also "
+        "takes adaptive (AdaQP's widths per message group for the stale halos, with adaqp's "
+        "options)",
     )
     tp.add_argument(
         "--allow-nonfinite",
@@ -404,11 +406,14 @@ _FIELD_FLAGS = {
     "checkpoint_every": "--checkpoint-every",
     "adaqp.period": "--assign-period",
     "sancus.period": "--assign-period",
+    "pipegcn.period": "--assign-period",
     "quantized.period": "--assign-period",
     "adaqp.chunks": "--exchange-chunks",
     "quantized.chunks": "--exchange-chunks",
+    "pipegcn.chunks": "--exchange-chunks",
     "quantized.param_dtype": "--param-dtype",
     "adaqp.score": "--score",
+    "pipegcn.score": "--score",
     "pipegcn.quantize": "--quantize",
     "cagnet.quantize": "--quantize",
     "sancus.quantize": "--quantize",
@@ -425,12 +430,14 @@ def _name_flag(message: str) -> str:
 
 def _taker(key: str, field: str) -> str:
     """The spelling of the method ``key`` (of ``METHOD_TYPES``) that takes ``field``."""
-    from jaxgraph.train.methods import Quantized
+    from jaxgraph.train.methods import PipeGCN, Quantized
 
     if key == "quantized":
         return "quant-random" if field in Quantized._RANDOM_ONLY else "quant-<2|4|8|random>"
     if key == "sancus" and field in ("period", "assign"):
         return "sancus-<...>-q<random|adaptive>"
+    if key == "pipegcn" and field in PipeGCN._ADAPTIVE_ONLY:
+        return "pipegcn-qadaptive"
     return key
 
 

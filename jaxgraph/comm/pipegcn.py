@@ -43,6 +43,14 @@ Averaging per peer and averaging after the scatter-add are the same linear map, 
   layer and direction lives in ``comm_state`` (``fwd``, ``bwd``). ``quantize=32`` takes the
   same byte path with exact rows: it trains as the fp32 ring to rounding (tested). What is
   stored for the next step is what the receiver decoded.
+- **Adaptive widths** (``quantize=Adaptive(...)``): AdaQP's widths per message group
+  (:mod:`jaxgraph.comm.adaptive`) for the stale messages. The step traces each halo row it
+  sends (:func:`~jaxgraph.comm.quantized.row_range_variance`, at the sender) and each halo
+  gradient row it sends back (through the probe, beside the gradient); every period
+  :class:`StaleAdaptiveController` solves AdaQP's program from those traces and installs the
+  new layouts, keeping the stale buffers: the next step reads what was received under the
+  old widths. ``comm_state`` is then AdaQP's (``fwd``, ``bwd``, ``bits``, ``trace``) with the
+  per-layer buffers under ``pipe``; the first period runs at uniform 8 bits, as AdaQP's.
 
 Bytes: the same ring as Vanilla, forward at every layer and backward at layers after the
 first; staleness hides the transfers behind computation but does not shrink them;
@@ -57,11 +65,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.comm.quantized import quantized_halo, quantized_halo_gradient, quantized_ring_exchange
+from jaxgraph.comm.adaptive import Adaptive, AdaptiveController
+from jaxgraph.comm.quantized import (
+    quantized_halo,
+    quantized_halo_gradient,
+    quantized_ring_exchange,
+    row_range_variance,
+)
 from jaxgraph.comm.ring import ring_exchange, ring_perm
-from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.comm.wirebytes import exchange_bytes
-from jaxgraph.mesh import to_varying, varying_axes
+from jaxgraph.mesh import to_host, to_varying, varying_axes
 from jaxgraph.partition.buckets import BitAssignment, bucket_state
 
 DEFAULT_MOMENTUM = 0.95
@@ -97,10 +111,12 @@ def stale_halo(h_local, probe, halo, grad, route, *, send_back):
 
     Forward: returns ``halo`` (its value does not depend on ``h_local``). Backward: the
     cotangent of ``h_local`` is ``grad`` (the gradient its peers sent at the previous step),
-    and the cotangent of ``probe`` is the halo cotangent sent to the owners now,
-    ``send_back(g_halo, route)`` (:func:`reverse_ring_scatter` in fp32, or the quantized
-    reverse ring), for the next step. ``halo``, ``grad`` and ``route`` (the index arrays and
-    keys ``send_back`` needs, passed explicitly rather than closed over) get none.
+    and the cotangent of ``probe`` is ``send_back(g_halo, route)``: the halo cotangent sent
+    to the owners now (:func:`reverse_ring_scatter` in fp32, or the quantized reverse ring),
+    for the next step, or with adaptive widths a dict of it (``"grad"``) and the trace of
+    the rows sent (``"trace"``), shaped like ``probe``. ``halo``, ``grad`` and ``route``
+    (the index arrays and keys ``send_back`` needs, passed explicitly rather than closed
+    over) get none.
 
     Shapes:
       ``h_local, probe, grad: [Nl, F]``, ``halo: [H, F]`` -> ``[H, F]``.
@@ -117,7 +133,8 @@ def stale_halo(h_local, probe, halo, grad, route, *, send_back):
     def bwd(res, g_halo):
         grad, route = res
         # Typed like the state it becomes: varying over the mesh even with no rounds (P = 1).
-        fresh = to_varying(send_back(g_halo, route), varying_axes(grad))
+        axes = varying_axes(grad)
+        fresh = jax.tree.map(lambda x: to_varying(x, axes), send_back(g_halo, route))
         return grad, fresh, None, None, None
 
     inject.defvjp(fwd, bwd)
@@ -135,12 +152,15 @@ class PipeGCN(CommStrategy):
       quantize: ``None`` sends fp32 rows; ``2``, ``4`` or ``8`` sends the halo rows and the
         halo gradients stochastically quantized at that width (the kernels and wire format
         of :mod:`jaxgraph.comm.quantized`); ``32`` takes the same byte path with exact rows.
+        An :class:`~jaxgraph.comm.adaptive.Adaptive`: widths per message group re-solved
+        every period by AdaQP's program from the stale messages' traces (module docstring;
+        needs ``stale``).
     """
 
     stale: bool = True
     feature_momentum: float | None = None
     gradient_momentum: float | None = None
-    quantize: int | None = None
+    quantize: int | Adaptive | None = None
 
     @property
     def exchange_before_dropout(self) -> bool:
@@ -154,12 +174,28 @@ class PipeGCN(CommStrategy):
                 raise ValueError(f"the {what} momentum must lie in [0, 1), got {m}")
             if m is not None and not self.stale:
                 raise ValueError("smoothing needs the stale pipeline (stale=True)")
-        if self.quantize is not None and self.quantize not in (2, 4, 8, 32):
-            raise ValueError(f"quantize must be None, 2, 4, 8 or 32, got {self.quantize!r}")
+        if self.adaptive:
+            if not self.stale:
+                raise ValueError(
+                    "adaptive widths on the synchronous ring are AdaQP's exchange "
+                    "(jaxgraph.comm.adaptive.Adaptive); PipeGCN's need stale=True"
+                )
+        elif self.quantize is not None and self.quantize not in (2, 4, 8, 32):
+            raise ValueError(
+                f"quantize must be None, 2, 4, 8, 32 or an Adaptive, got {self.quantize!r}"
+            )
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the widths are AdaQP's, re-solved every period."""
+        return isinstance(self.quantize, Adaptive)
 
     @property
     def name(self) -> str:
-        bits = "" if self.quantize is None else f"-q{self.quantize}"
+        if self.quantize is None:
+            bits = ""
+        else:
+            bits = "-qadaptive" if self.adaptive else f"-q{self.quantize}"
         if not self.stale:
             return "pipegcn-sync" + bits
         suffix = ("f" if self.feature_momentum is not None else "") + (
@@ -167,9 +203,25 @@ class PipeGCN(CommStrategy):
         )
         return "pipegcn" + (f"-{suffix}" if suffix else "") + bits
 
+    def pipe_state(self, plan, layer_dims) -> tuple:
+        """Per layer, the zero stale halo (``halo: [P, H, F]``) and, after the first layer,
+        the zero halo gradient (``grad: [P, Nl, F]``)."""
+        p, nl, h = plan.num_parts, plan.num_local_rows, plan.num_halo_rows
+        # Layer 0 (data input) sends no gradient back: no gradient buffer.
+        return tuple(
+            {"halo": np.zeros((p, h, f), np.float32)}
+            | ({"grad": np.zeros((p, nl, f), np.float32)} if layer else {})
+            for layer, f in enumerate(layer_dims)
+        )
+
     def init_state(self, plan, layer_dims, *, epoch=0):
         # Zeros are also the shape template a checkpoint restores into, whatever the epoch.
         del epoch
+        if self.adaptive:
+            # AdaQP's state (layouts, assignment, traces) and the pipeline's buffers.
+            return self.quantize.init_state(plan, layer_dims) | {
+                "pipe": self.pipe_state(plan, layer_dims)
+            }
         layouts = [{} for _ in layer_dims]
         if self.quantize is not None:  # one fixed layout per layer and direction
             uniform = BitAssignment.uniform(plan, len(layer_dims), self.quantize)
@@ -178,14 +230,28 @@ class PipeGCN(CommStrategy):
             layouts = [{"fwd": f, "bwd": b} for f, b in pairs]
         if not self.stale:
             return tuple(layouts) if self.quantize is not None else ()
-        p, nl, h = plan.num_parts, plan.num_local_rows, plan.num_halo_rows
-        # Layer 0 (data input) sends no gradient back: no gradient buffer.
         return tuple(
-            {"halo": np.zeros((p, h, f), np.float32)}
-            | ({"grad": np.zeros((p, nl, f), np.float32)} if layer else {})
-            | layouts[layer]
-            for layer, f in enumerate(layer_dims)
+            pipe | layout
+            for pipe, layout in zip(self.pipe_state(plan, layer_dims), layouts, strict=True)
         )
+
+    def controller(self, plan, layer_dims, *, cost=None):
+        if self.adaptive:
+            return StaleAdaptiveController(self, plan, layer_dims, cost=cost)
+        return Controller(self, plan, layer_dims)
+
+    def _layer(self, comm_state, layer):
+        """``(pipeline buffers, forward layout, backward layout)`` of ``layer`` (layouts None
+        for fp32 rows)."""
+        if self.adaptive:
+            return comm_state["pipe"][layer], comm_state["fwd"][layer], comm_state["bwd"][layer]
+        st = comm_state[layer]
+        return st, st.get("fwd"), st.get("bwd")
+
+    def _with_layer(self, comm_state, layer, new):
+        if self.adaptive:
+            return {**comm_state, "pipe": _replace(comm_state["pipe"], layer, new)}
+        return _replace(comm_state, layer, new)
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -193,24 +259,25 @@ class PipeGCN(CommStrategy):
         quantized = self.quantize is not None
         if quantized and key is None:
             raise ValueError("the quantized exchange needs a PRNG key")
-        nbytes = self._bytes(h_local, shard, comm_state, layer, axis_name, num_parts)
+        st, fwd_layout, bwd_layout = self._layer(comm_state, layer) if comm_state else ({},) * 3
+        nbytes = self._bytes(h_local, shard, fwd_layout, bwd_layout, layer, axis_name, num_parts)
         if not self.stale:
             if quantized:
-                st = comm_state[layer]
                 h_remote = quantized_ring_exchange(
-                    h_local, st["fwd"], st["bwd"], key, axis_name=axis_name, num_parts=num_parts
+                    h_local, fwd_layout, bwd_layout, key, axis_name=axis_name, num_parts=num_parts
                 )
             else:
                 h_remote = ring_exchange(
                     h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts
                 )
             return h_remote, comm_state, nbytes
-        st = comm_state[layer]
         # This step's boundary rows, for the next step: no gradient flows through them.
         h_sent = jax.lax.stop_gradient(h_local)
         if quantized:
             fkey = jax.random.fold_in(key, 0)
-            recv = quantized_halo(h_sent, st["fwd"], fkey, axis_name=axis_name, num_parts=num_parts)
+            recv = quantized_halo(
+                h_sent, fwd_layout, fkey, axis_name=axis_name, num_parts=num_parts
+            )
         else:
             recv = ring_exchange(h_sent, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
         if probe is None:  # layer 0: the input is data, nothing to send back
@@ -218,11 +285,13 @@ class PipeGCN(CommStrategy):
         else:
             num_local = h_local.shape[0]
             if quantized:
-                route = (st["bwd"], jax.random.key_data(jax.random.fold_in(key, 1)))
+                route = (bwd_layout, jax.random.key_data(jax.random.fold_in(key, 1)))
+                offsets = np.cumsum((0,) + tuple(fwd_layout.round_rows))
+                traced = self.adaptive
 
                 def send_back(g_halo, route):
                     layout, key_data = route
-                    return quantized_halo_gradient(
+                    g = quantized_halo_gradient(
                         g_halo,
                         layout,
                         jax.random.wrap_key_data(key_data),
@@ -230,6 +299,15 @@ class PipeGCN(CommStrategy):
                         axis_name=axis_name,
                         num_parts=num_parts,
                     )
+                    if not traced:
+                        return g
+                    # The backward messages' trace, slot by slot, as AdaQP's exchange has it.
+                    v = row_range_variance(g_halo)
+                    rounds = range(len(offsets) - 1)
+                    return {
+                        "grad": g,
+                        "trace": tuple(v[offsets[i] : offsets[i + 1]] for i in rounds),
+                    }
             else:
                 route = tuple(shard.send_idx)
 
@@ -242,17 +320,28 @@ class PipeGCN(CommStrategy):
                 h_local, probe, st["halo"], st["grad"], route, send_back=send_back
             )
         new = {**st, "halo": _smooth(st["halo"], recv, self.feature_momentum)}
-        return h_remote, _replace(comm_state, layer, new), nbytes
+        comm_state = self._with_layer(comm_state, layer, new)
+        if self.adaptive:  # the forward messages' trace, at the sender
+            v = row_range_variance(h_sent)
+            sent = comm_state["trace"]["fwd"][layer]
+            traced = tuple(
+                t + jnp.take(v, idx) for t, idx in zip(sent, shard.send_idx, strict=True)
+            )
+            trace = {
+                **comm_state["trace"],
+                "fwd": _replace(comm_state["trace"]["fwd"], layer, traced),
+            }
+            comm_state = {**comm_state, "trace": trace}
+        return h_remote, comm_state, nbytes
 
-    def _bytes(self, h_local, shard, comm_state, layer, axis_name, num_parts):
+    def _bytes(self, h_local, shard, fwd_layout, bwd_layout, layer, axis_name, num_parts):
         """Bytes one device sends at ``layer``: forward rows, and gradient rows after the
         first layer (whose input is data)."""
         dim = h_local.shape[-1]
         if self.quantize is not None:
-            st = comm_state[layer]
-            nbytes = exchange_bytes(st["fwd"], dim, axis_name, num_parts)
+            nbytes = exchange_bytes(fwd_layout, dim, axis_name, num_parts)
             if layer > 0:
-                nbytes = nbytes + exchange_bytes(st["bwd"], dim, axis_name, num_parts)
+                nbytes = nbytes + exchange_bytes(bwd_layout, dim, axis_name, num_parts)
             return nbytes
         payload = sum(idx.shape[0] for idx in shard.send_idx) * dim
         passes = 1 if layer == 0 else 2
@@ -261,21 +350,63 @@ class PipeGCN(CommStrategy):
     def probes(self, comm_state, num_layers):
         if not self.stale:
             return None
-        return tuple(
-            None if layer == 0 else jnp.zeros_like(comm_state[layer]["grad"])
-            for layer in range(num_layers)
-        )
+        out = []
+        for layer in range(num_layers):
+            if layer == 0:
+                out.append(None)
+                continue
+            grad = jnp.zeros_like(self._layer(comm_state, layer)[0]["grad"])
+            if self.adaptive:
+                trace = tuple(jnp.zeros_like(t) for t in comm_state["trace"]["bwd"][layer])
+                out.append({"grad": grad, "trace": trace})
+            else:
+                out.append(grad)
+        return tuple(out)
 
     def absorb_probes(self, comm_state, probe_grads):
         if not self.stale:
             return comm_state
         out = comm_state
         for layer, fresh in enumerate(probe_grads):
-            if fresh is not None:
-                st = out[layer]
-                grad = _smooth(st["grad"], fresh, self.gradient_momentum)
-                out = _replace(out, layer, {**st, "grad": grad})
+            if fresh is None:
+                continue
+            if self.adaptive:
+                fresh, trace = fresh["grad"], fresh["trace"]
+                bwd = out["trace"]["bwd"]
+                summed = tuple(t + g for t, g in zip(bwd[layer], trace, strict=True))
+                out = {**out, "trace": {**out["trace"], "bwd": _replace(bwd, layer, summed)}}
+            st = self._layer(out, layer)[0]
+            grad = _smooth(st["grad"], fresh, self.gradient_momentum)
+            out = self._with_layer(out, layer, {**st, "grad": grad})
         return out
+
+
+class StaleAdaptiveController(AdaptiveController):
+    """AdaQP's controller (:class:`~jaxgraph.comm.adaptive.AdaptiveController`) for PipeGCN
+    with adaptive widths: it gathers the stale messages' traces, solves and installs each
+    period's assignment as for the synchronous ring, and carries the pipeline's buffers
+    (stale halos and gradients) across the change of widths: what was received under the
+    old widths is what the next step reads."""
+
+    def __init__(self, exchange: PipeGCN, plan, layer_dims, *, cost=None):
+        super().__init__(exchange.quantize, plan, layer_dims, cost=cost)
+        self.pipe = exchange
+
+    def init_state(self, *, epoch: int = 0):
+        return self.pipe.init_state(self.plan, self.layer_dims, epoch=epoch)
+
+    def _state(self, assignment, **kw) -> dict:
+        # Zero buffers: the shape template of a compiled-ahead step or a checkpoint restore;
+        # update() puts the live ones in.
+        return super()._state(assignment, **kw) | {
+            "pipe": self.pipe.pipe_state(self.plan, self.layer_dims)
+        }
+
+    def update(self, comm_state, *, epoch):
+        new = super().update(comm_state, epoch=epoch)
+        if new is None:
+            return None
+        return {**new, "pipe": jax.tree.map(to_host, comm_state["pipe"])}
 
 
 def _smooth(avg, recv, momentum):
@@ -289,4 +420,4 @@ def _replace(comm_state, layer, new):
     return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
-__all__ = ["PipeGCN", "reverse_ring_scatter", "stale_halo"]
+__all__ = ["PipeGCN", "StaleAdaptiveController", "reverse_ring_scatter", "stale_halo"]

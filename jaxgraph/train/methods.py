@@ -114,6 +114,33 @@ def _check_periodic(owner: str, period: int, chunks: int | None) -> None:
         _check_int(f"{owner}.chunks", chunks, 0, MAX_CHUNKS, " (0: exact layouts)")
 
 
+def _check_adaptive(owner: str, method) -> None:
+    """The settings of AdaQP's widths (``period``, ``chunks``, ``score``, ``assign``), on
+    method ``adaqp`` or on ``pipegcn`` with ``quantize="adaptive"``."""
+    _check_periodic(owner, method.period, method.chunks)
+    if method.score not in ("sum", "squares"):
+        raise ValueError(f"{owner}.score must be 'sum' or 'squares', got {method.score!r}")
+    if method.period and method.assign.lookahead >= method.period:
+        raise ValueError(
+            f"{owner}.assign.lookahead ({method.assign.lookahead} epochs) must be shorter than "
+            f"{owner}.period ({method.period} epochs)"
+        )
+
+
+def _adaptive_exchange(method, *, epochs: int, seed: int, model: str) -> CommStrategy:
+    """The :class:`~jaxgraph.comm.adaptive.Adaptive` exchange of those settings."""
+    from jaxgraph.comm.adaptive import Adaptive
+
+    return Adaptive(
+        method.assign,
+        period=_period(method.period, epochs),
+        norm=_MODEL_NORM.get(model, "mean"),
+        seed=seed,
+        chunks=_chunks(method.chunks),
+        squares=method.score == "squares",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Vanilla(Method):
     """The uncompressed (fp32) ring all-to-all of halo rows."""
@@ -235,14 +262,7 @@ class AdaQP(Method):
     def __post_init__(self):
         if isinstance(self.assign, dict):
             object.__setattr__(self, "assign", from_dict(AssignConfig, self.assign, "adaqp.assign"))
-        _check_periodic("adaqp", self.period, self.chunks)
-        if self.score not in ("sum", "squares"):
-            raise ValueError(f"adaqp.score must be 'sum' or 'squares', got {self.score!r}")
-        if self.period and self.assign.lookahead >= self.period:
-            raise ValueError(
-                f"adaqp.assign.lookahead ({self.assign.lookahead} epochs) must be shorter than "
-                f"adaqp.period ({self.period} epochs)"
-            )
+        _check_adaptive("adaqp", self)
 
     def label(self) -> str:
         return "adaqp"
@@ -251,16 +271,7 @@ class AdaQP(Method):
         return _chunks(self.chunks)
 
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
-        from jaxgraph.comm.adaptive import Adaptive
-
-        return Adaptive(
-            self.assign,
-            period=_period(self.period, epochs),
-            norm=_MODEL_NORM.get(model, "mean"),
-            seed=seed,
-            chunks=_chunks(self.chunks),
-            squares=self.score == "squares",
-        )
+        return _adaptive_exchange(self, epochs=epochs, seed=seed, model=model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,15 +284,24 @@ class PipeGCN(Method):
         rows (PipeGCN-F) or gradients (PipeGCN-G), in ``[0, 1)``; ``None`` for none.
       quantize: ``None`` (fp32 rows), or ``2``, ``4``, ``8``: the halo rows and halo
         gradients travel stochastically quantized at that width; ``32``: the quantized byte
-        path with exact rows (:class:`jaxgraph.comm.pipegcn.PipeGCN`).
+        path with exact rows (:class:`jaxgraph.comm.pipegcn.PipeGCN`). ``"adaptive"``: widths
+        per message group re-solved every ``period`` epochs by AdaQP's program from the stale
+        messages' traces (needs ``stale``).
+      period, assign, chunks, score: the adaptive widths' settings, as :class:`AdaQP`'s;
+        they apply to ``quantize="adaptive"`` only.
     """
 
     stale: bool = True
     feature_momentum: float | None = None
     gradient_momentum: float | None = None
-    quantize: int | None = None
+    quantize: int | Literal["adaptive"] | None = None
+    period: int = 0
+    assign: AssignConfig = AssignConfig()
+    chunks: int | None = None
+    score: Literal["sum", "squares"] = "sum"
 
     key: ClassVar[str] = "pipegcn"
+    _ADAPTIVE_ONLY: ClassVar[tuple[str, ...]] = ("period", "assign", "chunks", "score")
 
     def __post_init__(self):
         for name in ("feature_momentum", "gradient_momentum"):
@@ -290,7 +310,29 @@ class PipeGCN(Method):
                 raise ValueError(f"pipegcn.{name} must lie in [0, 1), got {m!r}")
         if not self.stale and (self.feature_momentum, self.gradient_momentum) != (None, None):
             raise ValueError("pipegcn momenta smooth stale halos: they need stale = true")
-        _check_quantize("pipegcn", self.quantize)
+        if isinstance(self.assign, dict):
+            object.__setattr__(
+                self, "assign", from_dict(AssignConfig, self.assign, "pipegcn.assign")
+            )
+        if self.quantize == "adaptive":
+            if not self.stale:
+                raise ValueError(
+                    "pipegcn.quantize = 'adaptive' needs stale = true (adaptive widths on the "
+                    "synchronous ring are method adaqp)"
+                )
+            _check_adaptive("pipegcn", self)
+            return
+        _check_quantize("pipegcn", self.quantize, adaptive=True)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in self._ADAPTIVE_ONLY:
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(f"pipegcn.{name} applies to quantize='adaptive' only")
+
+    def options(self) -> tuple[str, ...]:
+        fields = super().options()
+        if self.quantize == "adaptive":
+            return fields
+        return tuple(f for f in fields if f not in self._ADAPTIVE_ONLY)
 
     def label(self) -> str:
         bits = _quantize_label(self.quantize)
@@ -302,20 +344,29 @@ class PipeGCN(Method):
                 tag += letter if m == DEFAULT_MOMENTUM else f"{letter}{m:g}"
         return (f"pipegcn-{tag}" if tag else "pipegcn") + bits
 
+    def exchange_chunks(self) -> int:
+        return _chunks(self.chunks) if self.quantize == "adaptive" else 0
+
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
         from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
 
+        quantize = self.quantize
+        if quantize == "adaptive":
+            quantize = _adaptive_exchange(self, epochs=epochs, seed=seed, model=model)
         return PipeGCNExchange(
             stale=self.stale,
             feature_momentum=self.feature_momentum,
             gradient_momentum=self.gradient_momentum,
-            quantize=self.quantize,
+            quantize=quantize,
         )
 
 
-def _check_quantize(method: str, bits) -> None:
+def _check_quantize(method: str, bits, *, adaptive: bool = False) -> None:
     if bits is not None and bits not in (2, 4, 8, 32):
-        raise ValueError(f"{method}.quantize must be none, 2, 4, 8 or 32 (bits), got {bits!r}")
+        also = " or 'adaptive'" if adaptive else ""
+        raise ValueError(
+            f"{method}.quantize must be none, 2, 4, 8 or 32 (bits){also}, got {bits!r}"
+        )
 
 
 def _quantize_label(bits) -> str:
@@ -550,15 +601,15 @@ _GRAMMAR = [
     (
         re.compile(
             r"^pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?"
-            r"(?:-q(?P<q>2|4|8|32))?$"
+            r"(?:-q(?P<q>2|4|8|32|adaptive))?$"
         ),
         lambda g: (
-            PipeGCN(stale=False, quantize=_bits(g["q"]))
+            PipeGCN(stale=False, quantize=_bits_or_mode(g["q"]))
             if g["sync"]
             else PipeGCN(
                 feature_momentum=_momentum(g["f"], g["fm"]),
                 gradient_momentum=_momentum(g["g"], g["gm"]),
-                quantize=_bits(g["q"]),
+                quantize=_bits_or_mode(g["q"]),
             )
         ),
     ),
@@ -611,7 +662,8 @@ def parse_method(text: str) -> Method:
 
     ``vanilla``; ``quant-<2|4|8|32|random>`` (``-bf16``: bfloat16 row parameters); ``adaqp``;
     ``pipegcn``, ``pipegcn-sync``, ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8``
-    sets it), each with an optional ``-q<2|4|8|32>`` (quantized halos);
+    sets it), each with an optional ``-q<2|4|8|32>`` (quantized halos) or, stale,
+    ``-qadaptive`` (AdaQP's widths);
     ``cagnet[-q<2|4|8|32>]`` (quantized broadcasts);
     ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>|-eclip<threshold>][-q<bits>]`` (``e``: epochs,
     ``a``: adaptive, ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no
@@ -631,7 +683,7 @@ def parse_method(text: str) -> Method:
     raise ValueError(
         f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>[-bf16], "
         "adaqp, "
-        "pipegcn[-sync|-f|-g|-fg][-q<bits>], cagnet[-q<bits>], "
+        "pipegcn[-sync|-f|-g|-fg][-q<bits>|-qadaptive], cagnet[-q<bits>], "
         "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
         "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>][-q<bits>]"
     )

@@ -5,11 +5,12 @@ import jax
 import numpy as np
 import pytest
 
+from jaxgraph.comm.adaptive import Adaptive, AssignConfig
 from jaxgraph.comm.pipegcn import PipeGCN
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
-from jaxgraph.train import make_strategy
+from jaxgraph.train import assemble_run, make_strategy
 
 from dense_stale import halo_gradient, stale_gcn
 from graph_cases import random_graph
@@ -124,6 +125,71 @@ def test_quantized_stale_halos_stay_within_one_quantization_step(bits):
     assert float(m1["bytes_moved"]) < float(m0["bytes_moved"])
 
 
+def _adaptive(period=2, chunks=0):
+    return PipeGCN(quantize=Adaptive(AssignConfig(solver="frontier"), period=period, chunks=chunks))
+
+
+def test_adaptive_first_period_is_the_8_bit_exchange_bit_for_bit():
+    """Adaptive widths start at uniform 8 bits: on exact layouts the same packets, keys and
+    stale buffers as ``quantize=8``, so three steps give identical losses, gradients,
+    parameters, bytes and pipeline buffers."""
+    runs = []
+    for strategy in (PipeGCN(quantize=8), _adaptive(period=10)):
+        _, _, trainer, shards, state = _setup(strategy, 4)
+        out = []
+        for _ in range(3):
+            _, grads = trainer.loss_and_grads(state, shards)
+            state, metrics = trainer.train_step(state, shards)
+            out.append(jax.device_get((metrics["loss"], metrics["bytes_moved"], grads)))
+        comm = jax.device_get(state.comm_state)
+        pipe = (
+            comm["pipe"]
+            if isinstance(comm, dict)
+            else [{k: v for k, v in layer.items() if k in ("halo", "grad")} for layer in comm]
+        )
+        runs.append((out, jax.device_get(state.params), pipe))
+    for a, b in zip(jax.tree.leaves(runs[0]), jax.tree.leaves(runs[1]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adaptive_widths_trace_the_stale_messages_and_carry_the_pipeline():
+    """Over a period the step traces the stale halo rows it sends (every layer) and the halo
+    gradients it sends back (layers after the first); at the boundary the controller solves
+    AdaQP's program from those traces, installs the widths with fresh traces, and keeps the
+    stale halos and gradients: the next step reads what was received under the old widths.
+    The chunked layout serves the new widths without a new compile."""
+    parts = partition_graph(GRAPH, 4, method="metis", seed=0)
+    plan = build_halo_plan(GRAPH, parts, num_parts=4)
+    model = make_model("gcn", hidden=HIDDEN, out_dim=GRAPH.num_classes, dropout=0.0)
+    run = assemble_run(GRAPH, plan, _adaptive(period=2, chunks=2), model, 4, seed=3)
+    trainer, shards, state, controller = run.trainer, run.shards, run.state, run.controller
+    assert controller.update(state.comm_state, epoch=1) is None
+    for _ in range(2):
+        state, metrics = trainer.train_step(state, shards)
+    before = jax.device_get(state.comm_state)
+    real = [np.asarray(m, bool) for m in plan.send_mask]
+    for layer in range(2):
+        assert all(
+            np.all(t[m] > 0) for t, m in zip(before["trace"]["fwd"][layer], real, strict=True)
+        )
+    assert any(np.any(t > 0) for t in before["trace"]["bwd"][1])
+    assert not any(np.any(t) for t in before["trace"]["bwd"][0])  # data: nothing sent back
+    new = controller.update(state.comm_state, epoch=3)
+    assert new is not None and controller.last_update["epoch"] == 3
+    widths = controller.last_update["widths"]
+    assert any(n for key in widths.values() for b, n in key.items() if b != 8)  # re-solved
+    for a, b in zip(jax.tree.leaves(before["pipe"]), jax.tree.leaves(new["pipe"]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not any(np.any(t) for t in jax.tree.leaves(new["trace"]))
+    shapes = [np.shape(x) for x in jax.tree.leaves(before)]
+    assert [np.shape(x) for x in jax.tree.leaves(new)] == shapes  # one compiled step
+    state = state.replace(comm_state=trainer.place_comm_state(new))
+    sent_8 = float(metrics["bytes_moved"])
+    state, metrics = trainer.train_step(state, shards)
+    assert np.isfinite(float(metrics["loss"]))
+    assert float(metrics["bytes_moved"]) < sent_8
+
+
 @pytest.mark.slow
 def test_smoothing_averages_rows_and_gradients():
     """After one step from zero averages, ``avg = (1 - 0.95) * recv`` for both buffers."""
@@ -146,7 +212,10 @@ def test_names_and_bad_settings():
         PipeGCN(feature_momentum=1.0)
     with pytest.raises(ValueError, match="needs the stale pipeline"):
         PipeGCN(stale=False, gradient_momentum=0.9)
-    with pytest.raises(ValueError, match="quantize must be None, 2, 4, 8 or 32, got 3"):
+    with pytest.raises(ValueError, match="quantize must be None, 2, 4, 8, 32 or an Adaptive"):
         PipeGCN(quantize=3)
+    with pytest.raises(ValueError, match="PipeGCN's need stale=True"):
+        PipeGCN(stale=False, quantize=Adaptive())
+    assert _adaptive().name == "pipegcn-qadaptive"
     assert PipeGCN(quantize=4).name == "pipegcn-q4"
     assert PipeGCN(stale=False, quantize=8).name == "pipegcn-sync-q8"

@@ -17,6 +17,7 @@ from jaxgraph.train import (
     CheckpointError,
     DataConfig,
     ModelConfig,
+    PipeGCN,
     Quantized,
     TrainConfig,
     train,
@@ -272,6 +273,29 @@ def test_adaqp_lookahead_solves_early_installs_at_the_boundary_and_resumes(tmp_p
     assert "assign_time" in records[2] and "widths" not in records[2]  # solved, not installed
     assert records[3]["solved_at"] == 3 and "widths" in records[3]
     assert summary["compiled_ahead"] == (summary["compiled_steps"] == 2)
+    cut = tmp_path / "cut"
+    train(_config(cut, **{**kw, "epochs": 3}), graph=GRAPH)
+    train(_config(cut, **kw), graph=GRAPH)
+    expect = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(records)]
+    got = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(_metrics(cut))]
+    assert got == expect
+
+
+def test_pipegcn_adaptive_run_resumes_with_its_widths_and_stale_buffers(tmp_path):
+    """PipeGCN with AdaQP's widths: the assignment re-solved at epochs 3 and 5 is logged, the
+    bytes change with it, and a run resumed from the epoch-2 checkpoint (the stale halos and
+    gradients, the traces and the 8-bit first period) reproduces the metrics."""
+    from jaxgraph.comm.adaptive import AssignConfig
+
+    # Exact layouts (chunks 0): the bytes follow the widths exactly; a new layout compiles.
+    method = PipeGCN(
+        quantize="adaptive", period=2, chunks=0, assign=AssignConfig(solver="frontier")
+    )
+    kw = dict(method=method, parts=2, epochs=5, checkpoint_every=2)
+    train(_config(tmp_path / "full", **kw), graph=GRAPH)
+    records = _metrics(tmp_path / "full")
+    assert ["widths" in r for r in records] == [False, False, True, False, True]
+    assert records[2]["bytes_moved"] < records[1]["bytes_moved"]  # below the first 8 bits'
     cut = tmp_path / "cut"
     train(_config(cut, **{**kw, "epochs": 3}), graph=GRAPH)
     train(_config(cut, **kw), graph=GRAPH)

@@ -118,7 +118,7 @@ NOT_APPLICABLE = {
     "vanilla": "period",
     "quantized": "score",
     "adaqp": "widths",
-    "pipegcn": "chunks",
+    "pipegcn": "warmup",
     "cagnet": "warmup",
     "sancus": "chunks",
     "skipg": "clip",
@@ -215,6 +215,34 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
     assert main(["train", "--dataset", "nope", "--method", "adaqp", "--quantize", "4"]) == 2
     err = capsys.readouterr().err
     assert "--quantize applies to --method pipegcn or cagnet or sancus or skipg only, not " in err
+
+
+def test_pipegcn_adaptive_widths_spelling_config_and_flags(capsys):
+    """``-qadaptive`` (stale only), ``quantize = "adaptive"`` with AdaQP's fields in a config
+    section, ``--quantize adaptive`` with ``--assign-period`` / ``--lam``; those fields on a
+    fixed-width PipeGCN are an error naming the spelling that takes them."""
+    from jaxgraph.cli import main
+    from jaxgraph.comm.adaptive import Adaptive, AssignConfig
+    from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
+
+    method = parse_method("pipegcn-qadaptive")
+    assert method == PipeGCN(quantize="adaptive") and method.label() == "pipegcn-qadaptive"
+    section = {"pipegcn": {"quantize": "adaptive", "period": 5, "assign": {"lam": 0.9}}}
+    strategy = method_from_dict(section).strategy(epochs=50, seed=2)
+    assert strategy == PipeGCNExchange(
+        quantize=Adaptive(AssignConfig(lam=0.9), period=5, seed=2, chunks=strategy.quantize.chunks)
+    )
+    assert PipeGCN(quantize="adaptive").strategy(epochs=50).quantize.period == 10  # epochs // 5
+    with pytest.raises(ValueError, match="needs stale = true"):
+        parse_method("pipegcn-sync-qadaptive")
+    with pytest.raises(ValueError, match="pipegcn.period applies to quantize='adaptive' only"):
+        PipeGCN(quantize=4, period=5)
+    with pytest.raises(ValueError, match="lookahead .* must be shorter than pipegcn.period"):
+        PipeGCN(quantize="adaptive", period=2, assign=AssignConfig(lookahead=2))
+    argv = ["train", "--dataset", "nope", "--method", "pipegcn", "--assign-period", "5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--assign-period applies to --method" in err and "pipegcn-qadaptive" in err
 
 
 def test_quantized_param_dtype_spelling_config_and_flag(capsys, tmp_path):
