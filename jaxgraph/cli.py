@@ -120,7 +120,8 @@ def _build_parser() -> argparse.ArgumentParser:
         help="vanilla, quant-8, quant-4, quant-2, quant-32 (uncompressed, same path), "
         "quant-random (quant-<2|4|8|random>-bf16: bfloat16 row parameters), adaqp (adaptive "
         "bit-widths), pipegcn[-f|-g|-fg|-sync][-q<bits>|-qadaptive], "
-        "cagnet[-q<bits>], sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>], "
+        "cagnet[-q<bits|random|adaptive>], "
+        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>], "
         "skipg[-<bound>][-w<warmup>][-q<bits>]",
     )
     tp.add_argument(
@@ -178,7 +179,8 @@ def _build_parser() -> argparse.ArgumentParser:
         type=_quantize_arg,
         help="pipegcn, cagnet, sancus, skipg: send the halo rows or broadcast blocks, and the "
         "gradients, stochastically quantized at this many bits (2, 4, 8; 32: the same path, "
-        "exact); sancus also takes random or adaptive (a width per owner block, re-chosen every "
+        "exact); cagnet and sancus also take random or adaptive (a width per owner block, "
+        "re-chosen every "
         "--assign-period epochs; adaptive by --lam, --widths, --interconnect); pipegcn also "
         "takes adaptive (AdaQP's widths per message group for the stale halos, with adaqp's "
         "options)",
@@ -406,6 +408,7 @@ _FIELD_FLAGS = {
     "checkpoint_every": "--checkpoint-every",
     "adaqp.period": "--assign-period",
     "sancus.period": "--assign-period",
+    "cagnet.period": "--assign-period",
     "pipegcn.period": "--assign-period",
     "quantized.period": "--assign-period",
     "adaqp.chunks": "--exchange-chunks",
@@ -434,8 +437,8 @@ def _taker(key: str, field: str) -> str:
 
     if key == "quantized":
         return "quant-random" if field in Quantized._RANDOM_ONLY else "quant-<2|4|8|random>"
-    if key == "sancus" and field in ("period", "assign"):
-        return "sancus-<...>-q<random|adaptive>"
+    if key in ("cagnet", "sancus") and field in ("period", "assign"):
+        return f"{key}{'-<...>' if key == 'sancus' else ''}-q<random|adaptive>"
     if key == "pipegcn" and field in PipeGCN._ADAPTIVE_ONLY:
         return "pipegcn-qadaptive"
     return key

@@ -1,4 +1,5 @@
-"""Widths per owner block for the quantized broadcasts of the block-row layout (Sancus).
+"""Widths per owner block for the quantized broadcasts of the block-row layout (Sancus,
+CAGNET).
 
 A broadcast sends one encoding to every receiver, so a width belongs to an owner block and a
 layer, and the reduction of that block's gradient has a width of its own; the time of a

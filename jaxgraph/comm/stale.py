@@ -342,25 +342,43 @@ class CAGNET(CommStrategy):
     Args:
       quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8`` broadcasts them
         stochastically quantized (:mod:`jaxgraph.comm.qbroadcast`); ``32`` takes the same byte
-        path with exact rows.
+        path with exact rows. A :class:`~jaxgraph.comm.blockwidths.BlockQuantize`: a width per
+        owner block, layer and direction, random or adaptive, re-decided every period by its
+        controller (every layer, the first included: CAGNET quantizes its data rows too).
       quantize_grad: the width of the backward gradient reductions (default: ``quantize``).
     """
 
-    quantize: int | None = None
+    quantize: int | BlockQuantize | None = None
     quantize_grad: int | None = None
 
     layout: ClassVar[str] = "block"
 
     def __post_init__(self):
-        _check_quantize(self)
+        _check_quantize(self, per_block=True)
 
     @property
     def name(self) -> str:
         return "cagnet" + _quantize_suffix(self)
 
+    def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The layers whose broadcasts are quantized: all of them."""
+        return tuple(range(num_layers)) if self.quantize is not None else ()
+
+    def controller(self, plan, layer_dims, *, cost=None):
+        if isinstance(self.quantize, BlockQuantize):
+            return BlockWidthsController(self, plan, layer_dims, cost=cost)
+        return Controller(self, plan, layer_dims)
+
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "CAGNET")
-        return {}
+        q = self.quantize
+        if not isinstance(q, BlockQuantize):
+            return {}
+        p, b = plan.num_parts, plan.num_local_rows
+        return tuple(
+            widths_state(initial_widths(q, p, layer, epoch), p, b, q.mode == "adaptive")
+            for layer in range(len(layer_dims))
+        )
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -375,7 +393,9 @@ class CAGNET(CommStrategy):
             return halo, comm_state, jnp.float32(passes * total)
         if key is None:
             raise ValueError("a quantized broadcast needs a PRNG key")
-        bits, grad_bits = _widths(self)
+        per_block = isinstance(self.quantize, BlockQuantize)
+        st = comm_state[layer] if per_block else {}
+        bits, grad_bits = (st["widths"].fwd, st["widths"].bwd) if per_block else _widths(self)
         halo, _ = quantized_blocks(
             h_local,
             None,
@@ -385,11 +405,52 @@ class CAGNET(CommStrategy):
             grad_bits=grad_bits,
             axis_name=axis_name,
             num_parts=num_parts,
+            probe=probe,
         )
-        _, forward = quantized_broadcast_bytes(b, f, num_parts, bits)
-        _, backward = quantized_broadcast_bytes(b, f, num_parts, grad_bits)
-        nbytes = forward + (0 if layer == 0 else backward)
-        return halo.reshape(-1, f), comm_state, jnp.float32(nbytes)
+        if per_block:  # what this device sends in every source's tree, at that tree's width
+            per_rank, per_source = block_tree_bytes(b, f, num_parts, bits, grad_bits)
+            i = jax.lax.axis_index(axis_name)
+            rel = (i - jnp.arange(num_parts)) % num_parts  # this device's rank in each tree
+            forward = jnp.sum(jnp.asarray(per_rank, jnp.float32)[jnp.arange(num_parts), rel])
+            # Every device but the owner sends one hop of each block's reduction.
+            per_source = jnp.asarray(per_source, jnp.float32)
+            backward = jnp.sum(per_source) - per_source[i]
+        else:
+            _, forward = quantized_broadcast_bytes(b, f, num_parts, bits)
+            _, backward = quantized_broadcast_bytes(b, f, num_parts, grad_bits)
+        nbytes = jnp.float32(forward + (0 if layer == 0 else backward))
+        if "trace" in st:  # adaptive widths: this block's row variances (always broadcast)
+            new = {
+                **st,
+                "trace": {**st["trace"], "fwd": st["trace"]["fwd"] + row_range_variance(h_local)},
+            }
+            comm_state = _replace_layer(comm_state, layer, new)
+        return halo.reshape(-1, f), comm_state, nbytes
+
+    def probes(self, comm_state, num_layers):
+        return _block_trace_probes(comm_state)
+
+    def absorb_probes(self, comm_state, probe_grads):
+        return _absorb_block_traces(comm_state, probe_grads)
+
+
+def _block_trace_probes(comm_state):
+    """Adaptive block widths trace the gradient partials each device sends: per layer, zeros
+    of the backward trace's shape, or None (nothing to trace anywhere: None)."""
+    if not isinstance(comm_state, tuple) or not any("trace" in st for st in comm_state):
+        return None
+    return tuple(jnp.zeros_like(st["trace"]["bwd"]) if "trace" in st else None for st in comm_state)
+
+
+def _absorb_block_traces(comm_state, probe_grads):
+    if probe_grads is None:
+        return comm_state
+    out = list(comm_state)
+    for layer, grads in enumerate(probe_grads):
+        if grads is not None:
+            st = out[layer]
+            out[layer] = {**st, "trace": {**st["trace"], "bwd": st["trace"]["bwd"] + grads}}
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -573,20 +634,10 @@ class Sancus(CommStrategy):
         return halo.reshape(-1, f), _replace_layer(comm_state, layer, new), nbytes
 
     def probes(self, comm_state, num_layers):
-        # Adaptive block widths trace the gradient partials each device sends.
-        if not any("trace" in st for st in comm_state):
-            return None
-        return tuple(
-            jnp.zeros_like(st["trace"]["bwd"]) if "trace" in st else None for st in comm_state
-        )
+        return _block_trace_probes(comm_state)
 
     def absorb_probes(self, comm_state, probe_grads):
-        out = list(comm_state)
-        for layer, grads in enumerate(probe_grads):
-            if grads is not None:
-                st = out[layer]
-                out[layer] = {**st, "trace": {**st["trace"], "bwd": st["trace"]["bwd"] + grads}}
-        return tuple(out)
+        return _absorb_block_traces(comm_state, probe_grads)
 
 
 def _gradient_skip_exchange(

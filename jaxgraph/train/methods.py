@@ -380,16 +380,24 @@ class CAGNET(Method):
     Attributes:
       quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks and the backward
         gradient sums travel stochastically quantized at that width
-        (:mod:`jaxgraph.comm.qbroadcast`); ``32``: the same byte path, exact.
+        (:mod:`jaxgraph.comm.qbroadcast`); ``32``: the same byte path, exact. ``"random"`` or
+        ``"adaptive"``: a width per owner block and layer in each direction, as
+        :class:`Sancus`'s (:mod:`jaxgraph.comm.blockwidths`).
+      period, assign: as :class:`Sancus`'s, for ``quantize="random"`` or ``"adaptive"`` only.
     """
 
-    quantize: int | None = None
+    quantize: int | Literal["random", "adaptive"] | None = None
+    period: int = 0
+    assign: AssignConfig = AssignConfig()
 
     key: ClassVar[str] = "cagnet"
     layout: ClassVar[str] = "block"
 
     def __post_init__(self):
-        _check_quantize("cagnet", self.quantize)
+        _check_block_widths("cagnet", self)
+
+    def options(self) -> tuple[str, ...]:
+        return _block_width_options(self, super().options())
 
     def label(self) -> str:
         return "cagnet" + _quantize_label(self.quantize)
@@ -397,7 +405,57 @@ class CAGNET(Method):
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
         from jaxgraph.comm.stale import CAGNET as CAGNETExchange
 
-        return CAGNETExchange(quantize=self.quantize)
+        quantize = _block_quantize(self, epochs=epochs, seed=seed, model=model)
+        return CAGNETExchange(quantize=quantize)
+
+
+_BLOCK_MODES = ("random", "adaptive")
+
+
+def _check_block_widths(owner: str, method) -> None:
+    """``quantize``, ``period`` and ``assign`` of a block-row method: a fixed width, or widths
+    per owner block (``"random"`` / ``"adaptive"``) with their period and program."""
+    if isinstance(method.assign, dict):
+        object.__setattr__(
+            method, "assign", from_dict(AssignConfig, method.assign, f"{owner}.assign")
+        )
+    _check_int(f"{owner}.period", method.period, 0, what=" (0: epochs // 5)")
+    if method.quantize in _BLOCK_MODES:
+        default = AssignConfig()
+        for name in ("group_size", "solver", "lookahead", "time_limit", "mip_gap"):
+            if getattr(method.assign, name) != getattr(default, name):
+                raise ValueError(
+                    f"{owner}.assign.{name} applies to AdaQP's halo program, not to block "
+                    "widths (which take widths, lam and interconnect)"
+                )
+        return
+    _check_quantize(owner, method.quantize)
+    defaults = {f.name: f.default for f in dataclasses.fields(method)}
+    for name in ("period", "assign"):
+        if getattr(method, name) != defaults[name]:
+            raise ValueError(f"{owner}.{name} applies to quantize='random' or 'adaptive' only")
+
+
+def _block_width_options(method, fields: tuple[str, ...]) -> tuple[str, ...]:
+    if method.quantize in _BLOCK_MODES:
+        return fields
+    return tuple(f for f in fields if f not in ("period", "assign"))
+
+
+def _block_quantize(method, *, epochs: int, seed: int, model: str):
+    """The exchange's ``quantize``: the fixed width, or the
+    :class:`~jaxgraph.comm.blockwidths.BlockQuantize` of widths per owner block."""
+    if method.quantize not in _BLOCK_MODES:
+        return method.quantize
+    from jaxgraph.comm.blockwidths import BlockQuantize
+
+    return BlockQuantize(
+        method.quantize,
+        period=_period(method.period, epochs),
+        seed=seed,
+        assign=method.assign,
+        norm=_MODEL_NORM.get(model, "mean"),
+    )
 
 
 _POLICY_LETTER = {"epoch": "e", "adaptive": "a", "gap": "h"}
@@ -469,33 +527,10 @@ class Sancus(Method):
             )
         if self.clip_at != "parameters" and self.clip is None:
             raise ValueError("sancus.clip_at applies only with a clipping threshold (sancus.clip)")
-        if isinstance(self.assign, dict):
-            object.__setattr__(
-                self, "assign", from_dict(AssignConfig, self.assign, "sancus.assign")
-            )
-        _check_int("sancus.period", self.period, 0, what=" (0: epochs // 5)")
-        if self.quantize in ("random", "adaptive"):
-            default = AssignConfig()
-            for name in ("group_size", "solver", "lookahead", "time_limit", "mip_gap"):
-                if getattr(self.assign, name) != getattr(default, name):
-                    raise ValueError(
-                        f"sancus.assign.{name} applies to AdaQP's halo program, not to block "
-                        "widths (which take widths, lam and interconnect)"
-                    )
-        else:
-            _check_quantize("sancus", self.quantize)
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for name in ("period", "assign"):
-                if getattr(self, name) != defaults[name]:
-                    raise ValueError(
-                        f"sancus.{name} applies to quantize='random' or 'adaptive' only"
-                    )
+        _check_block_widths("sancus", self)
 
     def options(self) -> tuple[str, ...]:
-        fields = super().options()
-        if self.quantize in ("random", "adaptive"):
-            return fields
-        return tuple(f for f in fields if f not in ("period", "assign"))
+        return _block_width_options(self, super().options())
 
     def label(self) -> str:
         text = f"sancus-{_POLICY_LETTER[self.policy]}{_number(self.bound)}"
@@ -514,17 +549,7 @@ class Sancus(Method):
         clip = {
             "embedding_grad_clip" if self.clip_at == "embeddings" else "local_grad_clip": self.clip
         }
-        quantize = self.quantize
-        if quantize in ("random", "adaptive"):
-            from jaxgraph.comm.blockwidths import BlockQuantize
-
-            quantize = BlockQuantize(
-                quantize,
-                period=_period(self.period, epochs),
-                seed=seed,
-                assign=self.assign,
-                norm=_MODEL_NORM.get(model, "mean"),
-            )
+        quantize = _block_quantize(self, epochs=epochs, seed=seed, model=model)
         return SancusExchange(policy, quantize=quantize, **clip)
 
 
@@ -613,7 +638,10 @@ _GRAMMAR = [
             )
         ),
     ),
-    (re.compile(r"^cagnet(?:-q(?P<q>2|4|8|32))?$"), lambda g: CAGNET(_bits(g["q"]))),
+    (
+        re.compile(r"^cagnet(?:-q(?P<q>2|4|8|32|random|adaptive))?$"),
+        lambda g: CAGNET(_bits_or_mode(g["q"])),
+    ),
     (
         re.compile(
             rf"^sancus-(?P<kind>[eah])(?P<bound>{_NUM})(?:-w(?P<warmup>\d+))?"
@@ -664,7 +692,7 @@ def parse_method(text: str) -> Method:
     ``pipegcn``, ``pipegcn-sync``, ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8``
     sets it), each with an optional ``-q<2|4|8|32>`` (quantized halos) or, stale,
     ``-qadaptive`` (AdaQP's widths);
-    ``cagnet[-q<2|4|8|32>]`` (quantized broadcasts);
+    ``cagnet[-q<2|4|8|32|random|adaptive>]`` (quantized broadcasts; widths per block);
     ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>|-eclip<threshold>][-q<bits>]`` (``e``: epochs,
     ``a``: adaptive, ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no
     clipping by default; ``-clip`` clips parameter gradients, ``-eclip`` the embedding-gradient

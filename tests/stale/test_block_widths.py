@@ -1,6 +1,6 @@
-"""Widths per owner block for Sancus's quantized broadcasts (random and adaptive): the
-separable program against brute force, the schedule of the controller, equivalence with the
-fixed width, and the configs that reach it."""
+"""Widths per owner block for the quantized broadcasts of Sancus and CAGNET (random and
+adaptive): the separable program against brute force, the schedule of the controller,
+equivalence with the fixed width, and the configs that reach it."""
 
 import itertools
 import json
@@ -19,8 +19,9 @@ from jaxgraph.comm.blockwidths import (
     tree_seconds,
 )
 from jaxgraph.comm.costmodel import CostModel
-from jaxgraph.comm.stale import Sancus, StalenessPolicy
+from jaxgraph.comm.stale import CAGNET, Sancus, StalenessPolicy
 from jaxgraph.train import TrainConfig, train
+from jaxgraph.train.methods import CAGNET as CAGNETMethod
 from jaxgraph.train.methods import Sancus as SancusMethod
 from jaxgraph.train.methods import parse_method
 
@@ -87,8 +88,7 @@ def _steps(strategy, num_parts, epochs):
     """Epochs 1..``epochs`` the way the loop drives them: the controller's update before
     each step. Returns the losses, bytes and the final state."""
     plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
-    dims = tuple(state.comm_state[layer]["cache"].shape[-1] for layer in range(2))
-    controller = strategy.controller(plan, dims)
+    controller = strategy.controller(plan, trainer.model.layer_input_dims(GRAPH.num_features))
     out = []
     for epoch in range(1, epochs + 1):
         new = controller.update(state.comm_state, epoch=epoch)
@@ -108,6 +108,31 @@ def test_one_candidate_width_is_the_fixed_width_bit_for_bit():
     assert per_block == fixed
     for a, b in zip(jax.tree.leaves(state_b.params), jax.tree.leaves(state_f.params), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_cagnet_one_candidate_width_is_the_fixed_width_bit_for_bit():
+    """CAGNET with widths per block over the single candidate 4: the fixed-width CAGNET-q4
+    run, losses, bytes and parameters bit for bit (every layer, the first included)."""
+    q = BlockQuantize("random", period=2, assign=AssignConfig(widths=(4,)))
+    per_block, state_b, _ = _steps(CAGNET(quantize=q), 4, 5)
+    fixed, state_f, _ = _steps(CAGNET(quantize=4), 4, 5)
+    assert per_block == fixed
+    for a, b in zip(jax.tree.leaves(state_b.params), jax.tree.leaves(state_f.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adaptive_cagnet_widths_follow_the_traces():
+    """CAGNET's every block is broadcast every epoch, so every layer is traced: after a
+    period, lam 1 keeps every block of both layers at 8 bits and lam 0 drops them to 2, and
+    fewer bytes move."""
+    for lam, expect in ((1.0, {8}), (0.0, {2})):
+        q = BlockQuantize("adaptive", period=2, assign=AssignConfig(lam=lam))
+        out, state, controller = _steps(CAGNET(quantize=q), 4, 3)
+        for layer in (0, 1):
+            assert set(state.comm_state[layer]["widths"].fwd) == expect
+        assert set(state.comm_state[1]["widths"].bwd) == expect
+        assert {"fwd0", "fwd1", "bwd1"} <= set(controller.log(3)["widths"])
+        assert (out[2][1] < out[1][1]) == (lam == 0.0)
 
 
 def test_random_widths_follow_the_period_and_are_known_ahead():
@@ -182,7 +207,18 @@ def test_spellings_configs_and_flags(capsys):
         SancusMethod(quantize="adaptive", assign=AssignConfig(group_size=7))
     argv = ["train", "--dataset", "nope", "--method", "sancus-e1"]
     assert main([*argv, "--lam", "0.3"]) == 2
-    takers = "adaqp or pipegcn-qadaptive or sancus-<...>-q<random|adaptive>"
+    takers = (
+        "adaqp or pipegcn-qadaptive or cagnet-q<random|adaptive> or sancus-<...>-q<random|adaptive>"
+    )
     assert f"--lam applies to --method {takers} only" in capsys.readouterr().err
     assert main([*argv, "--quantize", "adaptive", "--lam", "0.3", "--assign-period", "5"]) == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err  # the options were taken
+    method = parse_method("cagnet-qrandom")
+    assert method == CAGNETMethod(quantize="random") and method.label() == "cagnet-qrandom"
+    exchange = CAGNETMethod(quantize="adaptive", period=4).strategy(epochs=100, seed=3)
+    assert exchange.quantize == BlockQuantize("adaptive", period=4, seed=3)
+    with pytest.raises(ValueError, match="cagnet.period applies to quantize='random'"):
+        CAGNETMethod(quantize=4, period=4)
+    argv = ["train", "--dataset", "nope", "--method", "cagnet", "--quantize", "adaptive"]
+    assert main([*argv, "--assign-period", "5"]) == 2
+    assert "unknown dataset 'nope'" in capsys.readouterr().err
