@@ -16,6 +16,8 @@ parts, the same hyper-parameters) and reports, per method, the means over the se
   whole even when Sancus skips a tree, so Sancus's latency term is an upper bound).
 
 Methods (``--methods``): ``cagnet``, ``cagnet-q4`` (4-bit blocks and gradient sums),
+``cagnet-adaptive`` (a width per owner block, layer and direction by AdaQP's bi-objective, as
+``sancus-adaptive`` below),
 ``sancus`` (Δ_E = 1 after ``--warmup`` epochs), ``sancus-q4`` (and its blocks at 4 bits),
 ``sancus-clip`` / ``sancus-eclip`` (local clipping of the parameter gradients before the
 all-reduce at ``th = --clip``, or of each device's embedding-gradient message as in
@@ -69,7 +71,15 @@ from jaxgraph.train.methods import (  # noqa: E402
 
 from results_io import read_csv, write_csv  # noqa: E402
 
-BLOCK = ("cagnet", "cagnet-q4", "sancus", "sancus-q4", "sancus-clip", "sancus-eclip")
+BLOCK = (
+    "cagnet",
+    "cagnet-q4",
+    "cagnet-adaptive",
+    "sancus",
+    "sancus-q4",
+    "sancus-clip",
+    "sancus-eclip",
+)
 BLOCK += ("sancus-random", "sancus-adaptive", "skipg", "skipg-q4")
 HALO = ("vanilla", "pipegcn", "pipegcn-q4", "pipegcn-adaptive", "adaqp", "adaqp-squares")
 PRESET_NAMES = ("10gbe", "nvlink3")
@@ -81,6 +91,7 @@ def method_for(name: str, args):
     return {
         "cagnet": CAGNET(),
         "cagnet-q4": CAGNET(quantize=4),
+        "cagnet-adaptive": CAGNET(quantize="adaptive"),
         "sancus": Sancus(**sancus),
         "sancus-q4": Sancus(**sancus, quantize=4),
         "sancus-clip": Sancus(**sancus, clip=args.clip),
