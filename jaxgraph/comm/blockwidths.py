@@ -181,7 +181,8 @@ class BlockWidthsController(Controller):
         self._upcoming: tuple | None = None
 
     def _boundary(self, epoch: int) -> bool:
-        return epoch > 1 and (epoch - 1) % self.q.period == 0
+        # One part broadcasts nothing: the widths never change.
+        return self.plan.num_parts > 1 and epoch > 1 and (epoch - 1) % self.q.period == 0
 
     def _layers(self) -> tuple[int, ...]:
         return self.exchange.quantized_layers(len(self.layer_dims))
@@ -209,7 +210,7 @@ class BlockWidthsController(Controller):
         return {layer: draw_widths(self.q, p, layer, index) for layer in self._layers()}
 
     def upcoming(self, comm_state, *, epoch):
-        if self.q.mode != "random":
+        if self.q.mode != "random" or self.plan.num_parts == 1:
             return None  # adaptive widths are known only once the period's traces are in
         boundary = (epoch - 1) // self.q.period * self.q.period + self.q.period + 1
         if self._upcoming is None or self._upcoming[0] != boundary:

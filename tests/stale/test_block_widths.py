@@ -135,6 +135,16 @@ def test_adaptive_cagnet_widths_follow_the_traces():
         assert (out[2][1] < out[1][1]) == (lam == 0.0)
 
 
+@pytest.mark.parametrize("strategy", ["cagnet", "sancus"])
+def test_one_part_keeps_its_widths_and_moves_nothing(strategy):
+    """On one part nothing is broadcast: the boundary installs nothing (there is no remote
+    receiver to weigh a block by) and no byte moves."""
+    q = BlockQuantize("adaptive", period=2)
+    exchange = CAGNET(quantize=q) if strategy == "cagnet" else Sancus(POLICY, quantize=q)
+    out, _, controller = _steps(exchange, 1, 3)
+    assert [sent for _, sent in out] == [0.0] * 3 and controller.last_update is None
+
+
 def test_random_widths_follow_the_period_and_are_known_ahead():
     """Widths change at each period boundary only, the controller announces them (with the
     epoch they start) before they are installed, and a state rebuilt for a later epoch (what
