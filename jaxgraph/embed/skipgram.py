@@ -38,7 +38,10 @@ within one step and its revisits count sublinearly; spread over ``I = 64`` steps
 full, as in word2vec. At gensim's DeepWalk settings ``I = 8`` scores dot and cosine AUC above
 gensim's on ca-AstroPh and an R-MAT of 2^16 nodes, where ``I = 64`` scored below it on the
 R-MAT, and costs 0.005-0.01 of Micro-F1 on BlogCatalog (experiments/README.md, "Batches from a
-stretch of 8 steps"); ``interleave=None`` spans the whole sync period.
+stretch of 8 steps"); ``interleave=None`` spans the whole sync period. That cost is the cap's:
+without it BlogCatalog's Micro-F1 falls within gensim's own run-to-run spread, while link
+prediction on the R-MAT drops to gensim's level ("What node classification pays for the row
+cap"), so ``row_cap=None`` is the setting for node classification.
 
 The learning rate is word2vec's per pair; it is not divided by the batch size.
 
