@@ -152,7 +152,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     tp.add_argument(
         "--param-dtype",
-        help="quant-<2|4|8>, quant-random: the precision of each quantized row's scale and "
+        help="quant-<2|4|8>, quant-random, adaqp: the precision of each quantized row's scale and "
         "offset on the wire: float32 (default, 8 bytes per row) or bfloat16 (4 bytes)",
     )
     tp.add_argument(
@@ -415,6 +415,7 @@ _FIELD_FLAGS = {
     "quantized.chunks": "--exchange-chunks",
     "pipegcn.chunks": "--exchange-chunks",
     "quantized.param_dtype": "--param-dtype",
+    "adaqp.param_dtype": "--param-dtype",
     "adaqp.score": "--score",
     "pipegcn.score": "--score",
     "pipegcn.quantize": "--quantize",

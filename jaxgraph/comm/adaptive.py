@@ -48,10 +48,12 @@ from jaxgraph.comm.quantized import quantized_layer_exchange, row_range_variance
 from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.mesh import to_host
 from jaxgraph.partition.buckets import (
+    PARAM_BYTES,
     QUANT_WIDTHS,
     BitAssignment,
     bucket_state,
     check_chunks,
+    check_param_dtype,
     check_widths,
 )
 from jaxgraph.partition.halo import HaloPlan
@@ -210,6 +212,8 @@ class Adaptive(CommStrategy):
       squares: weigh a message by the sum of squares of its aggregation coefficients (the
         seed's ``beta_k``, stated after its Theorem 3) instead of the square of their sum (the
         public implementation's); module docstring.
+      param_dtype: the precision of each quantized row's ``(scale, lo)`` on the wire,
+        ``"float32"`` or ``"bfloat16"``, in the layouts and in the program's row times.
     """
 
     def __init__(
@@ -221,6 +225,7 @@ class Adaptive(CommStrategy):
         seed: int = 0,
         chunks: int = 0,
         squares: bool = False,
+        param_dtype: str = "float32",
     ):
         if period < 1:
             raise ValueError(f"assignment period must be at least 1 epoch, got {period}")
@@ -236,6 +241,7 @@ class Adaptive(CommStrategy):
         self.chunks = int(chunks)  # the widths change: a chunked layout can serve them all
         self.widths = config.widths
         self.squares = bool(squares)
+        self.param_dtype = check_param_dtype(param_dtype)
         self.name = "adaqp"
 
     def _key(self):
@@ -247,6 +253,7 @@ class Adaptive(CommStrategy):
             self.seed,
             self.chunks,
             self.squares,
+            self.param_dtype,
         )
 
     def __eq__(self, other):
@@ -261,7 +268,9 @@ class Adaptive(CommStrategy):
         """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
         ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
         the next boundary (``upcoming``; until a solve, the current one)."""
-        state = bucket_state(plan, assignment, chunks=self.chunks, widths=self.widths)
+        state = bucket_state(
+            plan, assignment, chunks=self.chunks, widths=self.widths, param_dtype=self.param_dtype
+        )
         state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
         if self.config.lookahead:
             upcoming = upcoming or assignment
@@ -510,6 +519,7 @@ class AdaptiveController(Controller):
             mip_rel_gap=cfg.mip_gap,
             fallback=fallback,
             solver=cfg.solver,
+            param_bytes=PARAM_BYTES[self.exchange.param_dtype],
         )
         solve_time = time.perf_counter() - t0
         fwd = [list(r) for r in previous.fwd]
@@ -532,7 +542,9 @@ class AdaptiveController(Controller):
         ``assignment``: under the cost model in use and under fixed presets (comparable
         across runs and methods)."""
         plan = self.plan
-        channel_bytes = _channel_bytes(plan, assignment, self.layer_dims)  # once for every model
+        param_bytes = PARAM_BYTES[self.exchange.param_dtype]
+        # Once for every model.
+        channel_bytes = _channel_bytes(plan, assignment, self.layer_dims, param_bytes)
         cost = self.cost_model()
         projected = {"model": sum(_comm_time(channel_bytes, cost).values())}
         for preset in PROJECTION_PRESETS:
@@ -560,7 +572,7 @@ def projected_comm_time(
 
 
 def _channel_bytes(
-    plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int]
+    plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int], param_bytes: int = 8
 ) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Per exchange key, per ring round: ``(senders, receivers, bytes)`` of the channels that
     carry rows (the cost-model-free part of :func:`projected_comm_time`)."""
@@ -583,7 +595,7 @@ def _channel_bytes(
                     widths, counts = np.unique(w, return_counts=True)
                     nbytes.append(
                         sum(
-                            wire_bytes(int(c), dim, int(b))
+                            wire_bytes(int(c), dim, int(b), param_bytes)
                             for b, c in zip(widths, counts, strict=True)
                         )
                     )

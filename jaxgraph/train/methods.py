@@ -127,7 +127,9 @@ def _check_adaptive(owner: str, method) -> None:
         )
 
 
-def _adaptive_exchange(method, *, epochs: int, seed: int, model: str) -> CommStrategy:
+def _adaptive_exchange(
+    method, *, epochs: int, seed: int, model: str, param_dtype: str = "float32"
+) -> CommStrategy:
     """The :class:`~jaxgraph.comm.adaptive.Adaptive` exchange of those settings."""
     from jaxgraph.comm.adaptive import Adaptive
 
@@ -138,6 +140,7 @@ def _adaptive_exchange(method, *, epochs: int, seed: int, model: str) -> CommStr
         seed=seed,
         chunks=_chunks(method.chunks),
         squares=method.score == "squares",
+        param_dtype=param_dtype,
     )
 
 
@@ -249,6 +252,9 @@ class AdaQP(Method):
         its aggregation coefficients (the public AdaQP implementation), or ``"squares"``, their
         sum of squares (the seed's ``beta_k``, stated after its Theorem 3);
         :mod:`jaxgraph.comm.adaptive`.
+      param_dtype: ``"bfloat16"`` sends each quantized row's ``(scale, lo)`` as bfloat16 (4
+        bytes instead of 8), in the layouts and in the program's row times, as
+        :attr:`Quantized.param_dtype`.
     """
 
     assign: AssignConfig = AssignConfig()
@@ -256,6 +262,7 @@ class AdaQP(Method):
     chunks: int | None = None
     compile_ahead: bool = True
     score: Literal["sum", "squares"] = "sum"
+    param_dtype: str = "float32"
 
     key: ClassVar[str] = "adaqp"
 
@@ -263,15 +270,21 @@ class AdaQP(Method):
         if isinstance(self.assign, dict):
             object.__setattr__(self, "assign", from_dict(AssignConfig, self.assign, "adaqp.assign"))
         _check_adaptive("adaqp", self)
+        try:
+            check_param_dtype(self.param_dtype)
+        except ValueError as e:
+            raise ValueError(f"adaqp.{e}") from None
 
     def label(self) -> str:
-        return "adaqp"
+        return "adaqp" + ("-bf16" if self.param_dtype == "bfloat16" else "")
 
     def exchange_chunks(self) -> int:
         return _chunks(self.chunks)
 
     def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn") -> CommStrategy:
-        return _adaptive_exchange(self, epochs=epochs, seed=seed, model=model)
+        return _adaptive_exchange(
+            self, epochs=epochs, seed=seed, model=model, param_dtype=self.param_dtype
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -623,6 +636,7 @@ _GRAMMAR = [
     (re.compile(r"^quant-(?P<bits>2|4|8|32)$"), lambda g: Quantized(int(g["bits"]))),
     (re.compile(r"^quant-random$"), lambda g: Quantized("random")),
     (re.compile(r"^adaqp$"), lambda g: AdaQP()),
+    (re.compile(r"^adaqp-bf16$"), lambda g: AdaQP(param_dtype="bfloat16")),
     (
         re.compile(
             r"^pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?"
@@ -688,7 +702,8 @@ def _bits_or_random(value: str) -> int | str:
 def parse_method(text: str) -> Method:
     """The method a short spelling names.
 
-    ``vanilla``; ``quant-<2|4|8|32|random>`` (``-bf16``: bfloat16 row parameters); ``adaqp``;
+    ``vanilla``; ``quant-<2|4|8|32|random>`` (``-bf16``: bfloat16 row parameters);
+    ``adaqp[-bf16]``;
     ``pipegcn``, ``pipegcn-sync``, ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8``
     sets it), each with an optional ``-q<2|4|8|32>`` (quantized halos) or, stale,
     ``-qadaptive`` (AdaQP's widths);
@@ -710,7 +725,7 @@ def parse_method(text: str) -> Method:
             return make(g)
     raise ValueError(
         f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>[-bf16], "
-        "adaqp, "
+        "adaqp[-bf16], "
         "pipegcn[-sync|-f|-g|-fg][-q<bits>|-qadaptive], cagnet[-q<bits>], "
         "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
         "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>][-q<bits>]"

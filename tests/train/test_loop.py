@@ -304,6 +304,23 @@ def test_pipegcn_adaptive_run_resumes_with_its_widths_and_stale_buffers(tmp_path
     assert got == expect
 
 
+def test_adaqp_with_bfloat16_row_parameters(tmp_path):
+    """AdaQP with bfloat16 scale and offset: at the same widths (the first 8-bit period) each
+    quantized row carries 4 fewer bytes, the losses agree to bfloat16's rounding of the
+    grid, and the program solves at the boundary."""
+    from jaxgraph.comm.adaptive import AssignConfig
+
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        method = AdaQP(AssignConfig(solver="frontier"), period=2, chunks=0, param_dtype=dtype)
+        train(_config(tmp_path / dtype, method=method, parts=2, epochs=3), graph=GRAPH)
+        runs[dtype] = _metrics(tmp_path / dtype)
+    fp32, bf16 = runs["float32"], runs["bfloat16"]
+    assert bf16[0]["bytes_moved"] < fp32[0]["bytes_moved"]
+    assert abs(bf16[0]["loss"] - fp32[0]["loss"]) < 1e-2
+    assert "widths" in bf16[2] and np.isfinite(bf16[2]["loss"])
+
+
 def test_one_part_quantized_methods_train_like_vanilla(tmp_path):
     """On one part there is no halo: the quantized strategies with chunked layouts (which once
     failed to trace an exchange without ring rounds) move nothing and train exactly as Vanilla

@@ -217,6 +217,23 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
     assert "--quantize applies to --method pipegcn or cagnet or sancus or skipg only, not " in err
 
 
+def test_adaqp_bfloat16_parameters_spelling_config_and_flag(capsys):
+    """``adaqp-bf16``, ``param_dtype`` in the section, ``--param-dtype`` with adaqp: the
+    exchange's layouts and program both count 4-byte row parameters."""
+    from jaxgraph.cli import main
+
+    method = parse_method("adaqp-bf16")
+    assert method == AdaQP(param_dtype="bfloat16") and method.label() == "adaqp-bf16"
+    section = {"adaqp": {"param_dtype": "bfloat16", "period": 5}}
+    assert method_from_dict(section).strategy(epochs=50).param_dtype == "bfloat16"
+    assert AdaQP().strategy(epochs=50) != AdaQP(param_dtype="bfloat16").strategy(epochs=50)
+    with pytest.raises(ValueError, match="adaqp.param_dtype must be one of"):
+        AdaQP(param_dtype="half")
+    argv = ["train", "--dataset", "nope", "--method", "adaqp", "--param-dtype", "bfloat16"]
+    assert main(argv) == 2
+    assert "unknown dataset 'nope'" in capsys.readouterr().err  # the option was taken
+
+
 def test_pipegcn_adaptive_widths_spelling_config_and_flags(capsys):
     """``-qadaptive`` (stale only), ``quantize = "adaptive"`` with AdaQP's fields in a config
     section, ``--quantize adaptive`` with ``--assign-period`` / ``--lam``; those fields on a

@@ -119,7 +119,7 @@ def _frontier(problem: Problem, model: _Model) -> np.ndarray:
     """
     used = [c for c in problem.channels if c.count.size]  # the model's channels
     count = np.concatenate([c.count for c in used])  # the bits of a group: count * per_row
-    per_row = _row_bits(model.widths, problem.dim)
+    per_row = _row_bits(model.widths, problem.dim, problem.param_bytes)
     theta = np.array([problem.theta[c.sender, c.receiver] for c in used], np.float64)
     choice = np.zeros(model.channel.size, np.int64)
     for r in range(model.num_rounds):

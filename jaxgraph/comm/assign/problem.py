@@ -13,7 +13,7 @@ from jaxgraph.comm.costmodel import MIB
 
 BITS = (2, 4, 8)
 ALL_WIDTHS = (2, 4, 8, 32)  # 32: raw fp32 rows (compression off), as in jaxgraph.partition.buckets
-PARAM_BYTES = 8  # fp32 (scale, lo) per quantized row
+PARAM_BYTES = 8  # fp32 (scale, lo) per quantized row (bfloat16: 4; Problem.param_bytes)
 TIME_TOL = 1e-12  # relative: T_n - T_u below this share of T_n counts as "no time to trade"
 # How a program is solved: "milp" (HiGHS through cvxpy, with a time limit and a gap) or
 # "frontier" (exact, by per-channel Pareto frontiers and a sweep over each round's time).
@@ -74,6 +74,7 @@ class Problem:
       num_parts: ``P``.
       widths: the width choices, ascending, from ``(2, 4, 8, 32)`` (default :data:`BITS`;
         32 is a raw fp32 row: ``4 D`` bytes, no variance).
+      param_bytes: bytes of a quantized row's ``(scale, lo)``: 8 (fp32) or 4 (bfloat16).
     """
 
     channels: tuple[ChannelGroups, ...]
@@ -83,9 +84,12 @@ class Problem:
     lam: float
     num_parts: int
     widths: tuple[int, ...] = BITS
+    param_bytes: int = PARAM_BYTES
 
     def __post_init__(self):
         p = self.num_parts
+        if self.param_bytes not in (4, 8):
+            raise ValueError(f"param_bytes must be 4 or 8, got {self.param_bytes}")
         if p < 1:
             raise ValueError(f"num_parts must be at least 1, got {p}")
         if self.dim < 1:
@@ -206,6 +210,7 @@ def make_problem(
     lam: float,
     group_size: int,
     widths: tuple[int, ...] = BITS,
+    param_bytes: int = PARAM_BYTES,
 ) -> tuple[Problem, tuple[np.ndarray, ...]]:
     """Groups every channel's rows and builds the program.
 
@@ -227,6 +232,7 @@ def make_problem(
         lam=float(lam),
         num_parts=int(num_parts),
         widths=tuple(widths),
+        param_bytes=int(param_bytes),
     )
     return problem, tuple(group_of_row)
 
@@ -234,16 +240,17 @@ def make_problem(
 # ---------------------------------------------------------------------- the model, in numpy
 
 
-def _row_bits(widths: np.ndarray, dim: int) -> np.ndarray:
-    """``int64[W]`` bits per row at each width: packed codes plus fp32 (scale, lo); raw fp32
-    at 32 (exact integers, so that the frontier solver's equal totals compare equal)."""
+def _row_bits(widths: np.ndarray, dim: int, param_bytes: int = PARAM_BYTES) -> np.ndarray:
+    """``int64[W]`` bits per row at each width: packed codes plus the ``(scale, lo)`` of
+    ``param_bytes``; raw fp32 at 32 (exact integers, so that the frontier solver's equal
+    totals compare equal)."""
     widths = np.asarray(widths, np.int64)
-    return np.where(widths == 32, 32 * dim, widths * dim + 8 * PARAM_BYTES)
+    return np.where(widths == 32, 32 * dim, widths * dim + 8 * param_bytes)
 
 
-def _row_mib(widths: np.ndarray, dim: int) -> np.ndarray:
+def _row_mib(widths: np.ndarray, dim: int, param_bytes: int = PARAM_BYTES) -> np.ndarray:
     """MiB per row at each width (:func:`_row_bits` in MiB)."""
-    return _row_bits(widths, dim) / (8.0 * MIB)
+    return _row_bits(widths, dim, param_bytes) / (8.0 * MIB)
 
 
 def variance_factor(widths: np.ndarray) -> np.ndarray:
@@ -282,7 +289,11 @@ def _model(problem: Problem) -> _Model:
     theta = np.array([problem.theta[c.sender, c.receiver] for c in used], np.float64)
     gamma = np.array([problem.gamma[c.sender, c.receiver] for c in used], np.float64)
     var = weight[:, None] * variance_factor(widths)[None, :]
-    sec = theta[channel][:, None] * count[:, None] * _row_mib(widths, problem.dim)[None, :]
+    sec = (
+        theta[channel][:, None]
+        * count[:, None]
+        * _row_mib(widths, problem.dim, problem.param_bytes)[None, :]
+    )
     round_of = np.array([round_index[c.round] for c in used], np.int64)
 
     def total_time(column):

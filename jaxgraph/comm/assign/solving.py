@@ -457,12 +457,15 @@ def solve_channels(
     max_workers: int | None = None,
     solver: str = "milp",
     widths: tuple[int, ...] = BITS,
+    param_bytes: int = 8,
 ) -> dict[str, tuple[list[np.ndarray], dict]]:
     """:func:`assign_bits` for several exchange keys at once, solved in parallel threads.
 
     Args:
       specs: ``{key: (channels, dim)}``.
       fallback: one width, or ``{key: per channel int[n_c] row widths}``.
+      param_bytes: bytes of a quantized row's ``(scale, lo)`` on the wire (8: fp32, 4:
+        bfloat16), in each row's time.
       others: as in :func:`assign_bits`.
 
     Returns:
@@ -478,6 +481,7 @@ def solve_channels(
             lam=lam,
             group_size=group_size,
             widths=widths,
+            param_bytes=param_bytes,
         )
         for key, (chans, dim) in specs.items()
     }
