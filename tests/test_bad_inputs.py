@@ -34,7 +34,10 @@ TRAIN_OPTIONS = [
     (["--nodes", "0"], "--nodes (data.num_nodes) must be an integer >= 1, got 0"),
     (["--method", "bogus"], "unknown method 'bogus'; expected one of vanilla, quant-<"),
     (["--method", "quant-3"], "unknown method 'quant-3'"),
-    (["--method", "vanilla", "--score", "squares"], "--score applies to --method adaqp only"),
+    (
+        ["--method", "vanilla", "--score", "squares"],
+        "--score applies to --method adaqp or pipegcn-qadaptive only",
+    ),
     (["--method", "adaqp", "--lookahead", "5", "--assign-period", "5"], "must be shorter than"),
     (["--format", "pyg"], "--format applies to a graph file (--graph PATH) only"),
     (["--features", "x.npy"], "--features applies to a graph file (--graph PATH) only"),
