@@ -307,32 +307,50 @@ class Adaptive(CommStrategy):
             num_parts=num_parts,
             probe=probe,
         )
-        v = row_range_variance(h_local)  # per local row, then per sent slot
-        traced = tuple(
-            t + jnp.take(v, idx)
-            for t, idx in zip(comm_state["trace"]["fwd"][layer], shard.send_idx, strict=True)
-        )
-        fwd = _replace(comm_state["trace"]["fwd"], layer, traced)
-        comm_state = {**comm_state, "trace": {**comm_state["trace"], "fwd": fwd}}
-        return h_remote, comm_state, nbytes
+        return h_remote, trace_sent_rows(comm_state, layer, h_local, shard.send_idx), nbytes
 
     def probes(self, comm_state, num_layers):
         # Layer 0 has no backward exchange; the others trace their gradient rows.
         return tuple(
-            None
-            if layer == 0
-            else tuple(jnp.zeros_like(t) for t in comm_state["trace"]["bwd"][layer])
+            None if layer == 0 else zero_trace_probe(comm_state, layer)
             for layer in range(num_layers)
         )
 
     def absorb_probes(self, comm_state, probe_grads):
-        bwd = comm_state["trace"]["bwd"]
         for layer, grads in enumerate(probe_grads):
             if grads is not None:
-                bwd = _replace(
-                    bwd, layer, tuple(t + g for t, g in zip(bwd[layer], grads, strict=True))
-                )
-        return {**comm_state, "trace": {**comm_state["trace"], "bwd": bwd}}
+                comm_state = trace_returned_rows(comm_state, layer, grads)
+        return comm_state
+
+
+# ---------------------------------------------------------------------- traces in comm_state
+# An exchange with adaptive widths (this module's, or PipeGCN's stale one) keeps its traces in
+# ``comm_state["trace"]``: ``fwd[layer][r]`` per sent slot, ``bwd[layer][r]`` per slot of the
+# gradient rows sent back.
+
+
+def trace_sent_rows(comm_state, layer: int, h_local, send_idx):
+    """``comm_state`` with the range variance of the rows ``h_local`` sends at ``layer`` added
+    to the forward trace, slot by slot (``send_idx[r-1]``: the local rows of round ``r``)."""
+    v = row_range_variance(h_local)  # per local row, then per sent slot
+    sent = comm_state["trace"]["fwd"][layer]
+    traced = tuple(t + jnp.take(v, idx) for t, idx in zip(sent, send_idx, strict=True))
+    fwd = _replace(comm_state["trace"]["fwd"], layer, traced)
+    return {**comm_state, "trace": {**comm_state["trace"], "fwd": fwd}}
+
+
+def zero_trace_probe(comm_state, layer: int) -> tuple:
+    """Zeros shaped like ``layer``'s backward trace: the probe whose cotangent traces the
+    gradient rows sent back."""
+    return tuple(jnp.zeros_like(t) for t in comm_state["trace"]["bwd"][layer])
+
+
+def trace_returned_rows(comm_state, layer: int, grads):
+    """``comm_state`` with a probe's cotangent ``grads`` (per round) added to ``layer``'s
+    backward trace."""
+    bwd = comm_state["trace"]["bwd"]
+    summed = tuple(t + g for t, g in zip(bwd[layer], grads, strict=True))
+    return {**comm_state, "trace": {**comm_state["trace"], "bwd": _replace(bwd, layer, summed)}}
 
 
 class AdaptiveController(Controller):
@@ -710,4 +728,7 @@ __all__ = [
     "first_width",
     "projected_comm_time",
     "receiver_to_sender",
+    "trace_returned_rows",
+    "trace_sent_rows",
+    "zero_trace_probe",
 ]

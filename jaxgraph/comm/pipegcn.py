@@ -65,12 +65,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.comm.adaptive import Adaptive, AdaptiveController
+from jaxgraph.comm.adaptive import (
+    Adaptive,
+    AdaptiveController,
+    trace_returned_rows,
+    trace_sent_rows,
+    zero_trace_probe,
+)
 from jaxgraph.comm.quantized import (
     quantized_halo,
     quantized_halo_gradient,
     quantized_ring_exchange,
-    row_range_variance,
+    slot_variances,
 )
 from jaxgraph.comm.ring import ring_exchange, ring_perm
 from jaxgraph.comm.strategy import CommStrategy, Controller
@@ -286,8 +292,8 @@ class PipeGCN(CommStrategy):
             num_local = h_local.shape[0]
             if quantized:
                 route = (bwd_layout, jax.random.key_data(jax.random.fold_in(key, 1)))
-                offsets = np.cumsum((0,) + tuple(fwd_layout.round_rows))
                 traced = self.adaptive
+                round_rows = tuple(fwd_layout.round_rows)
 
                 def send_back(g_halo, route):
                     layout, key_data = route
@@ -302,12 +308,7 @@ class PipeGCN(CommStrategy):
                     if not traced:
                         return g
                     # The backward messages' trace, slot by slot, as AdaQP's exchange has it.
-                    v = row_range_variance(g_halo)
-                    rounds = range(len(offsets) - 1)
-                    return {
-                        "grad": g,
-                        "trace": tuple(v[offsets[i] : offsets[i + 1]] for i in rounds),
-                    }
+                    return {"grad": g, "trace": slot_variances(g_halo, round_rows)}
             else:
                 route = tuple(shard.send_idx)
 
@@ -322,16 +323,7 @@ class PipeGCN(CommStrategy):
         new = {**st, "halo": _smooth(st["halo"], recv, self.feature_momentum)}
         comm_state = self._with_layer(comm_state, layer, new)
         if self.adaptive:  # the forward messages' trace, at the sender
-            v = row_range_variance(h_sent)
-            sent = comm_state["trace"]["fwd"][layer]
-            traced = tuple(
-                t + jnp.take(v, idx) for t, idx in zip(sent, shard.send_idx, strict=True)
-            )
-            trace = {
-                **comm_state["trace"],
-                "fwd": _replace(comm_state["trace"]["fwd"], layer, traced),
-            }
-            comm_state = {**comm_state, "trace": trace}
+            comm_state = trace_sent_rows(comm_state, layer, h_sent, shard.send_idx)
         return h_remote, comm_state, nbytes
 
     def _bytes(self, h_local, shard, fwd_layout, bwd_layout, layer, axis_name, num_parts):
@@ -357,8 +349,7 @@ class PipeGCN(CommStrategy):
                 continue
             grad = jnp.zeros_like(self._layer(comm_state, layer)[0]["grad"])
             if self.adaptive:
-                trace = tuple(jnp.zeros_like(t) for t in comm_state["trace"]["bwd"][layer])
-                out.append({"grad": grad, "trace": trace})
+                out.append({"grad": grad, "trace": zero_trace_probe(comm_state, layer)})
             else:
                 out.append(grad)
         return tuple(out)
@@ -371,10 +362,8 @@ class PipeGCN(CommStrategy):
             if fresh is None:
                 continue
             if self.adaptive:
-                fresh, trace = fresh["grad"], fresh["trace"]
-                bwd = out["trace"]["bwd"]
-                summed = tuple(t + g for t, g in zip(bwd[layer], trace, strict=True))
-                out = {**out, "trace": {**out["trace"], "bwd": _replace(bwd, layer, summed)}}
+                out = trace_returned_rows(out, layer, fresh["trace"])
+                fresh = fresh["grad"]
             st = self._layer(out, layer)[0]
             grad = _smooth(st["grad"], fresh, self.gradient_momentum)
             out = self._with_layer(out, layer, {**st, "grad": grad})

@@ -238,6 +238,18 @@ def row_range_variance(rows: jax.Array) -> jax.Array:
     return (rows.shape[-1] / 6.0) * spread * spread
 
 
+def slot_variances(g_halo, round_rows) -> tuple:
+    """:func:`row_range_variance` of halo-layout rows, cut into the rounds' slots
+    (``round_rows[r-1]`` rows in round ``r``): the backward trace of a quantized exchange.
+
+    Shapes:
+      ``g_halo: [H, D]`` -> per round ``f32[S_r]``.
+    """
+    v = row_range_variance(g_halo)
+    offsets = np.cumsum((0,) + tuple(round_rows))
+    return tuple(v[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
+
+
 def quantized_halo(h_local, layout, key, *, axis_name, num_parts):
     """The forward data path of :func:`quantized_ring_exchange`: the halo rows of ``layout``
     (a forward :class:`ExchangeLayout`), quantized with ``key`` and dequantized on arrival,
@@ -281,7 +293,7 @@ def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, pro
       ``f32[H, D]``: the dequantized halo rows in the plan's halo layout.
     """
     shape, dtype = h_local.shape, h_local.dtype
-    offsets = np.cumsum((0,) + tuple(fwd.round_rows))
+    round_rows = tuple(fwd.round_rows)
 
     def forward(h_local, aux):
         fwd, _, key_data = aux
@@ -303,10 +315,7 @@ def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, pro
         g = quantized_halo_gradient(
             g_halo, bwd, bkey, shape[0], axis_name=axis_name, num_parts=num_parts
         ).astype(dtype)
-        probe_ct = None
-        if probe is not None:
-            v = row_range_variance(g_halo)
-            probe_ct = tuple(v[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
+        probe_ct = None if probe is None else slot_variances(g_halo, round_rows)
         return g, probe_ct, None
 
     exchange.defvjp(exchange_fwd, exchange_bwd)
@@ -478,5 +487,6 @@ __all__ = [
     "quantized_ring_exchange",
     "round_buckets",
     "row_range_variance",
+    "slot_variances",
     "wire_bytes",
 ]
