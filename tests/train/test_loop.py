@@ -49,6 +49,16 @@ def _config(tmp_path, **kw):
     return TrainConfig(**base)
 
 
+def _assert_resume_reproduces(cut, kw, stop: int, records):
+    """A run of ``kw`` stopped after ``stop`` epochs and resumed to the end logs ``records``
+    (without wall-clock fields and the solver's own timings)."""
+    train(_config(cut, **{**kw, "epochs": stop}), graph=GRAPH)
+    train(_config(cut, **kw), graph=GRAPH)
+    expect = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(records)]
+    got = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(_metrics(cut))]
+    assert got == expect
+
+
 def _metrics(workdir):
     lines = (Path(workdir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
@@ -273,12 +283,7 @@ def test_adaqp_lookahead_solves_early_installs_at_the_boundary_and_resumes(tmp_p
     assert "assign_time" in records[2] and "widths" not in records[2]  # solved, not installed
     assert records[3]["solved_at"] == 3 and "widths" in records[3]
     assert summary["compiled_ahead"] == (summary["compiled_steps"] == 2)
-    cut = tmp_path / "cut"
-    train(_config(cut, **{**kw, "epochs": 3}), graph=GRAPH)
-    train(_config(cut, **kw), graph=GRAPH)
-    expect = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(records)]
-    got = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(_metrics(cut))]
-    assert got == expect
+    _assert_resume_reproduces(tmp_path / "cut", kw, 3, records)
 
 
 def test_pipegcn_adaptive_run_resumes_with_its_widths_and_stale_buffers(tmp_path):
@@ -296,12 +301,7 @@ def test_pipegcn_adaptive_run_resumes_with_its_widths_and_stale_buffers(tmp_path
     records = _metrics(tmp_path / "full")
     assert ["widths" in r for r in records] == [False, False, True, False, True]
     assert records[2]["bytes_moved"] < records[1]["bytes_moved"]  # below the first 8 bits'
-    cut = tmp_path / "cut"
-    train(_config(cut, **{**kw, "epochs": 3}), graph=GRAPH)
-    train(_config(cut, **kw), graph=GRAPH)
-    expect = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(records)]
-    got = [{k: v for k, v in r.items() if k != "solver"} for r in _strip_time(_metrics(cut))]
-    assert got == expect
+    _assert_resume_reproduces(tmp_path / "cut", kw, 3, records)
 
 
 def test_adaqp_with_bfloat16_row_parameters(tmp_path):
