@@ -61,6 +61,7 @@ def _args(argv=None):
     ap.add_argument("--chunks", type=int, default=5, help="rounds the corpus is fed in")
     ap.add_argument("--gensim-workers", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--no-gensim", action="store_true", help="time jaxgraph alone")
     ap.add_argument("--out", default="runs/sgns_vs_gensim.json")
     return ap.parse_args(argv)
 
@@ -93,8 +94,8 @@ def main(argv=None):
         schedule_rounds=args.chunks,
     )
     mesh = make_mesh(args.parts)
-    have_gensim = importlib.util.find_spec("gensim") is not None
-    if not have_gensim:
+    have_gensim = not args.no_gensim and importlib.util.find_spec("gensim") is not None
+    if not have_gensim and not args.no_gensim:
         print("gensim is not installed (pip install gensim): timing jaxgraph alone")
     if args.dataset == "rmat":
         s = args.rmat_scale
@@ -192,6 +193,11 @@ def _print_row(row, task):
         + "; largest row norm: "
         + ", ".join(f"{x:.2f}" for x in jax_["max_norm"])
         + (f" (gensim {gen['max_norm']:.2f})" if gen else "")
+    )
+    # Quality after every round: a final figure can hide swings between rounds.
+    print(
+        "  jaxgraph quality by round: "
+        + "; ".join(" / ".join(f"{c[k]:.4f}" for k in keys) for c in jax_["curve"])
     )
     if gen:
         reach = row["jax_time_to_gensim_quality"]

@@ -532,6 +532,8 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
     assert jax_["pairs"] > 0 and len(jax_["curve"]) == 2 and len(jax_["loss_per_pair"]) == 2
     assert all(0.5 < c["dot"] <= 1 and 0.5 < c["cosine"] <= 1 for c in jax_["curve"])
     assert "pairs/s" in text
+    per_round = next(line for line in text.splitlines() if "quality by round" in line)
+    assert per_round.count(";") == 1  # two rounds, each with its dot / cosine AUC
     if "gensim" in run:  # an optional benchmark dependency
         assert 0.5 < run["gensim"]["dot"] <= 1 and run["gensim"]["pairs_per_s"] > 0
 
