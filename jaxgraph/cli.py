@@ -212,8 +212,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "--preset",
         help="defaults of every option below: published (DeepWalk's published settings: 10 "
         "rounds of one walk of 80 per node, window 10, d 128, 5 negatives, word2vec's linear "
-        "learning-rate decay) or cpu (walks of 40, window 5, per-round decay: the experiments' "
-        "CPU-sized runs); an option given on the command line overrides its preset value",
+        "learning-rate decay), cpu (walks of 40, window 5, per-round decay: the experiments' "
+        "CPU-sized runs) or gpu (the published settings in steps of 16,384 pairs, negatives "
+        "shared by 8 pairs, row cap 16); an option given on the command line overrides its "
+        "preset value",
     )
     ep.add_argument("--walker", help="walks of --method felog: deepwalk (default) or node2vec")
     ep.add_argument("--dim", type=int)

@@ -16,6 +16,7 @@ from jaxgraph.embed.run import (
     RoundLog,
     cpu_config,
     embed,
+    gpu_config,
     load_embed_config,
     load_embed_graph,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "WalkConfig",
     "Walks",
     "cpu_config",
+    "gpu_config",
     "embed",
     "neighbour_consistency",
     "out_csr",

@@ -12,8 +12,10 @@
 
 Defaults come in two named presets (:func:`preset`): ``"published"``, :class:`EmbedConfig`'s
 own (DeepWalk's published settings: 10 rounds of one walk of 80 per node, window 10, d = 128,
-5 negatives, word2vec's single linear decay over the run), and ``"cpu"`` (:func:`cpu_config`:
-walks of 40, window 5, ``lr * exp(-lr_decay * r)`` per round). Per round the log records the
+5 negatives, word2vec's single linear decay over the run), ``"cpu"`` (:func:`cpu_config`:
+walks of 40, window 5, ``lr * exp(-lr_decay * r)`` per round) and ``"gpu"``
+(:func:`gpu_config`: the published settings, 16,384 pairs per step, negatives shared by 8
+pairs, row cap 16). Per round the log records the
 active-set size, walks, tokens, pairs trained, the loss per pair, the largest row norm (both
 checked against their healthy range, :mod:`jaxgraph.embed.health`) and the time of each phase;
 the programs are compiled before the first round and their compile time is reported apart.
@@ -281,6 +283,35 @@ def cpu_config(method: Method = "felog", **changes) -> EmbedConfig:
         rounds=10,
     )
     return cfg.replace(**changes)
+
+
+def gpu_config(method: Method = "felog", **changes) -> EmbedConfig:
+    """The published settings with accelerator-sized steps: 16,384 pairs per device per step,
+    negatives shared by groups of 8 pairs, and a row cap of 16.
+
+    The row cap counts a row's updates within one step, so at 16 times the default batch a
+    frequent row's count is about 16 times larger and the default cap of 4 damps it about 16
+    times more. Measured with one device at 16,384 pairs per step (seed 0, gensim's DeepWalk
+    settings in 5 rounds; cap 4 on BlogCatalog and ca-AstroPh on an H200, the rest on the CPU,
+    which runs the same program; experiments/README.md, "Large batches"):
+
+    ============  ======================  ======================  =====================
+    row cap       BlogCatalog Micro-F1    ca-AstroPh dot / cos    R-MAT 2^14 dot / cos
+    ============  ======================  ======================  =====================
+    4             0.3363                  0.9818 / 0.9794         0.7880 / 0.6270
+    16            0.3722                  0.9201 / 0.9614         0.7291 / 0.6401
+    64            0.3727                  0.8795 / 0.9564         0.6997 / 0.6301
+    none          0.3729                  0.8428 / 0.9541         0.7002 / 0.6314
+    ============  ======================  ======================  =====================
+
+    (gensim on the same walks: 0.3731-0.3787, 0.875 / 0.942, 0.698 / 0.655.) Without a cap
+    ca-AstroPh's row norms reach 191 at this batch; 16 is the value that keeps BlogCatalog
+    and ca-AstroPh at gensim's level or above. No value lifts the R-MAT's cosine AUC to
+    gensim's at this batch.
+    """
+    cfg = EmbedConfig(method=method, walk=WalkConfig(kind=_walk_kind(method)))
+    sgns = dataclasses.replace(cfg.sgns, batch_size=16384, shared_negatives=8, row_cap=16)
+    return cfg.replace(sgns=sgns).replace(**changes)
 
 
 @dataclasses.dataclass
@@ -552,16 +583,19 @@ _OPTIONS = {
     "parts": (None, "parts"),
     "nodes": ("data", "num_nodes"),
 }
-PRESETS = ("published", "cpu")
+PRESETS = ("published", "cpu", "gpu")
 
 
 def preset(name: str, method: Method = "felog") -> EmbedConfig:
     """The defaults of a run by name: ``"published"`` (:class:`EmbedConfig`'s own defaults,
-    DeepWalk's published settings) or ``"cpu"`` (:func:`cpu_config`)."""
+    DeepWalk's published settings), ``"cpu"`` (:func:`cpu_config`) or ``"gpu"``
+    (:func:`gpu_config`: the published settings in accelerator-sized steps)."""
     if name == "published":
         return EmbedConfig(method=method, walk=WalkConfig(kind=_walk_kind(method)))
     if name == "cpu":
         return cpu_config(method)
+    if name == "gpu":
+        return gpu_config(method)
     raise ValueError(f"unknown --preset {name!r}; expected one of {', '.join(PRESETS)}")
 
 

@@ -167,5 +167,12 @@ def test_command_line_defaults_come_from_the_preset():
     assert config("--on-unhealthy", "stop", "--max-norm", "50").health == HealthCheck(
         50.0, None, "stop"
     )
-    with pytest.raises(ValueError, match="unknown --preset 'gpu'; expected one of published, cpu"):
-        config("--preset", "gpu")
+    gpu = config("--preset", "gpu", "--method", "deepwalk")
+    assert gpu.walk == published.walk and gpu.rounds == published.rounds
+    assert (gpu.sgns.batch_size, gpu.sgns.shared_negatives, gpu.sgns.row_cap) == (16384, 8, 16)
+    same = dataclasses.replace(gpu.sgns, batch_size=1024, shared_negatives=1, row_cap=4)
+    assert same == published.sgns
+    with pytest.raises(
+        ValueError, match="unknown --preset 'tpu'; expected one of published, cpu, gpu"
+    ):
+        config("--preset", "tpu")
