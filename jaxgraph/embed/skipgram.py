@@ -37,11 +37,13 @@ from about 9 walks of 80 at window 10, so a node that a walk revisits many times
 within one step and its revisits count sublinearly; spread over ``I = 64`` steps they add in
 full, as in word2vec. At gensim's DeepWalk settings ``I = 8`` scores dot and cosine AUC above
 gensim's on ca-AstroPh and an R-MAT of 2^16 nodes, where ``I = 64`` scored below it on the
-R-MAT, and costs 0.005-0.01 of Micro-F1 on BlogCatalog (experiments/README.md, "Batches from a
-stretch of 8 steps"); ``interleave=None`` spans the whole sync period. That cost is the cap's:
-without it BlogCatalog's Micro-F1 falls within gensim's own run-to-run spread, while link
-prediction on the R-MAT drops to gensim's level ("What node classification pays for the row
-cap"), so ``row_cap=None`` is the setting for node classification.
+R-MAT, and leaves BlogCatalog's Micro-F1 0.005-0.011 below gensim's (experiments/README.md,
+"Batches from a stretch of 8 steps"); ``interleave=None`` spans the whole sync period. The
+link-prediction gain is the cap's, and it needs the cap at a row's ordinary frequency on both
+tables: allowing each row its expected count per step, capping one table, or a cap on
+``sqrt(k)`` all lose it. BlogCatalog's shortfall is not the cap's: on one device it scores
+the same with and without it (seeds 1 and 2: 0.3709 / 0.3756 and 0.3710 / 0.3756), 0.004-0.008
+below gensim ("What node classification pays for the row cap", "Other row rules").
 
 The learning rate is word2vec's per pair; it is not divided by the batch size.
 
@@ -151,7 +153,8 @@ class SkipGramConfig:
       batch_size: pairs per device per step.
       row_cap: a row that receives ``k`` updates in one step moves by ``min(1, row_cap / k)``
         times their sum (module docstring); None sums them (word2vec's first order, unstable
-        on hub-heavy graphs).
+        on hub-heavy graphs). ``k`` grows with ``batch_size``, so a larger batch wants a
+        larger cap (16 at 16,384 pairs per step: :func:`jaxgraph.embed.run.gpu_config`).
       shared_negatives: ``G``, pairs that share one draw of ``K`` negatives: each step's batch
         falls into groups of ``G`` pairs (consecutive in the batch, hence far apart in the
         walks: batches are interleaved), and every pair of a group takes the group's ``K``
@@ -502,6 +505,9 @@ def merge_rows(tables: Tables, anchor: Tables | None, merge: Merge, *, axis_name
     ``"mean"``: ``pmean`` (model averaging; each replica's update counts ``1/P``).
     ``"sum"``: ``anchor + psum(tables - anchor)``: every replica's update counts fully, so
     ``P`` replicas merged after every step equal one device on the union of their batches.
+    Over long periods it overshoots: on an R-MAT of 2^16 nodes, 2 replicas merged every
+    4,096 steps flip the dot-product AUC between 0.34 and 0.98 from one round to the next
+    (every 64 steps: 0.79-0.83), while loss per pair and row norms stay healthy.
     ``"touched"``: each row takes the mean of the changes of the replicas that changed it: a
     row trained on one replica keeps its whole change (as ``"sum"``), a hub trained on all
     ``P`` takes the mean of their changes (as ``"mean"``), so no row's merged step is ``P``
