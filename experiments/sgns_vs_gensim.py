@@ -22,7 +22,8 @@ CPU run (ca-AstroPh, 3 seeds, about 25 minutes on 2 cores)::
     python experiments/sgns_vs_gensim.py --dataset ca-astroph --seeds 0 1 2 --parts 2
 
 ``--shared-negatives 8`` trains with negatives shared by groups of 8 pairs (about 2x faster on
-this CPU; experiments/README.md gives its quality beside per-pair negatives). ``--interleave``
+this CPU; experiments/README.md gives its quality beside per-pair negatives; 32 is faster
+still, at a cost on the R-MAT's cosine AUC). ``--interleave``
 sets the span of steps whose batches interleave (default 8, as ``SkipGramConfig``; ``none``:
 the whole sync period, as the tables before that option).
 """
