@@ -2,6 +2,7 @@
 single-device oracle on several mesh sizes."""
 
 import dataclasses
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ from scipy import stats
 
 from jaxgraph.embed.corpus import alias_table, negative_weights
 from jaxgraph.embed.skipgram import (
+    SUM_SWING_STEPS,
     AllSync,
     SkipGramConfig,
     SkipGramTrainer,
@@ -376,3 +378,19 @@ def test_touched_merge_averages_the_changes_of_the_replicas_that_changed_a_row(n
     want = [np.full(2, (num_parts + 1) / 2), np.full(2, 5.0), np.zeros(2)]
     for replica in np.asarray(merged):
         np.testing.assert_allclose(replica, np.stack(want), rtol=1e-6)
+
+
+def test_long_sum_merge_periods_warn_before_training():
+    """merge='sum' at SUM_SWING_STEPS steps or more on several replicas warns at construction;
+    one replica, a shorter period, or another merge rule do not."""
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, merge="sum")
+    long = dataclasses.replace(cfg, sync_every=SUM_SWING_STEPS)
+    with pytest.warns(UserWarning, match=r"merge='sum' every 512 steps: .*use merge='mean'"):
+        SkipGramTrainer(N, long, make_mesh(2, AXIS))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SkipGramTrainer(N, long, make_mesh(1, AXIS))
+        SkipGramTrainer(
+            N, dataclasses.replace(long, sync_every=SUM_SWING_STEPS - 1), make_mesh(2, AXIS)
+        )
+        SkipGramTrainer(N, dataclasses.replace(long, merge="touched"), make_mesh(2, AXIS))
