@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import device_times
 
 from pallas_kernels.backend import Backend, default_backend
 from pallas_kernels.quantize import dequantize, packed_rows, quantize
@@ -36,13 +36,7 @@ GB = 1e9
 
 def timed(fn, *args, reps: int) -> float:
     """Median seconds of ``fn(*args)`` over ``reps`` runs, after one warm-up (compile) run."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(device_times(fn, *args, repeats=reps))
 
 
 def message_bytes(n: int, d: int, bits: int) -> tuple[int, int]:

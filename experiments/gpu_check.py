@@ -21,23 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import device_times
 
 
 def _timed(fn, *args, repeats: int = 5) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(np.median(device_times(fn, *args, repeats=repeats)))
 
 
 def _kernel_args(gpu: bool) -> dict:

@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from timing import device_times
 
 
 def _best(fn, *args, repeats=5):
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(device_times(fn, *args, repeats=repeats))
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
