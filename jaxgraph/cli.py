@@ -180,10 +180,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="pipegcn, cagnet, sancus, skipg: send the halo rows or broadcast blocks, and the "
         "gradients, stochastically quantized at this many bits (2, 4, 8; 32: the same path, "
         "exact); cagnet and sancus also take random or adaptive (a width per owner block, "
-        "re-chosen every "
-        "--assign-period epochs; adaptive by --lam, --widths, --interconnect); pipegcn also "
-        "takes adaptive (AdaQP's widths per message group for the stale halos, with adaqp's "
-        "options)",
+        "re-chosen every --assign-period epochs; adaptive by --lam, --widths, "
+        "--interconnect); pipegcn also takes adaptive (AdaQP's widths per message group for "
+        "the stale halos, with adaqp's options)",
     )
     tp.add_argument(
         "--allow-nonfinite",
@@ -441,7 +440,7 @@ def _taker(key: str, field: str) -> str:
     if key == "quantized":
         return "quant-random" if field in Quantized._RANDOM_ONLY else "quant-<2|4|8|random>"
     if key in ("cagnet", "sancus") and field in ("period", "assign"):
-        return f"{key}{'-<...>' if key == 'sancus' else ''}-q<random|adaptive>"
+        return {"cagnet": "cagnet", "sancus": "sancus-<...>"}[key] + "-q<random|adaptive>"
     if key == "pipegcn" and field in PipeGCN._ADAPTIVE_ONLY:
         return "pipegcn-qadaptive"
     return key

@@ -309,7 +309,7 @@ def gpu_config(method: Method = "felog", **changes) -> EmbedConfig:
     and ca-AstroPh at gensim's level or above. No value lifts the R-MAT's cosine AUC to
     gensim's at this batch.
     """
-    cfg = EmbedConfig(method=method, walk=WalkConfig(kind=_walk_kind(method)))
+    cfg = preset("published", method)
     sgns = dataclasses.replace(cfg.sgns, batch_size=16384, shared_negatives=8, row_cap=16)
     return cfg.replace(sgns=sgns).replace(**changes)
 

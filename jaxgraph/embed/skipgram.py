@@ -904,7 +904,7 @@ class SkipGramTrainer:
                 f"sync merges by {self.sync.merge!r} but config.merge is {config.merge!r}"
             )
         if (
-            mesh.shape[mesh.axis_names[0]] > 1
+            self.num_devices > 1
             and self.sync.merge == "sum"
             and config.sync_every >= SUM_SWING_STEPS
         ):
