@@ -6,11 +6,17 @@ training graph of a link-prediction split (ca-AstroPh, an R-MAT) or on the whole
 jaxgraph, ...), so both see the same drift of the machine:
 
 * **gensim**: ``Word2Vec(sg=1, hs=0)``, one pass, ``--gensim-workers`` threads, window 10,
-  d 128, 5 negatives, sub-sampling 1e-3, linear decay from 0.025.
+  d 128, 5 negatives, sub-sampling 1e-3, linear decay from 0.025, ``syn0`` from
+  ``U(-1/d, 1/d)`` (gensim 4's range; word2vec's is half of it).
 * **jaxgraph**: :class:`~jaxgraph.embed.skipgram.SkipGramTrainer` on ``--parts`` emulated
-  devices with the same settings; the corpus is fed in ``--chunks`` rounds under word2vec's
-  global decay (one linear decay over the whole corpus, as gensim), and the quality after each
-  round gives the time to gensim's final quality.
+  devices with the same settings (``--init-scale 1``: gensim 4's initial range); the corpus is
+  fed in ``--chunks`` rounds under word2vec's global decay (one linear decay over the whole
+  corpus, as gensim), and the quality after each round gives the time to gensim's final
+  quality.
+* **batch 1** (``--sequential``): word2vec's update one pair at a time
+  (:mod:`jaxgraph.embed.sequential`, numba) on exactly jaxgraph's pairs, rates and initial
+  range: what the same pair stream scores without batching. Its spread over repeated runs is
+  the noise floor of a comparison with gensim (experiments/README.md, "The initial range").
 
 Printed per seed and run: train seconds, pairs/s, loss per pair, the largest row norm, and
 quality (dot-product and cosine AUC, dot the headline; Micro-F1 at 50 % labels for
@@ -34,6 +40,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 from jaxgraph.cli import emulate_cpu_devices
@@ -49,6 +56,12 @@ def _args(argv=None):
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--negatives", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument(
+        "--init-scale",
+        type=float,
+        default=1.0,
+        help="syn0 starts on U(-s/d, s/d): 1 as gensim 4 (default), 0.5 as word2vec",
+    )
     ap.add_argument("--row-cap", default="4", help="an integer, or none")
     ap.add_argument(
         "--shared-negatives", type=int, default=1, help="pairs per draw of negatives (1: each)"
@@ -63,6 +76,12 @@ def _args(argv=None):
     ap.add_argument("--gensim-workers", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--no-gensim", action="store_true", help="time jaxgraph alone")
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="also train word2vec's update one pair at a time on jaxgraph's pairs "
+        "(jaxgraph.embed.sequential; about 0.9M pairs/s on one core)",
+    )
     ap.add_argument("--out", default="runs/sgns_vs_gensim.json")
     return ap.parse_args(argv)
 
@@ -77,6 +96,7 @@ def main(argv=None):
     from jaxgraph.data import load_dataset
     from jaxgraph.data.synthetic import rmat
     from jaxgraph.embed import evaluate as ev
+    from jaxgraph.embed.sequential import train_sequential
     from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
     from jaxgraph.embed.walks import WalkConfig, Walks, out_csr, random_walks
     from jaxgraph.mesh import make_mesh
@@ -86,6 +106,7 @@ def main(argv=None):
         window=args.window,
         negatives=args.negatives,
         batch_size=args.batch_size,
+        init_scale=args.init_scale,
         row_cap=None if args.row_cap == "none" else int(args.row_cap),
         shared_negatives=args.shared_negatives,
         interleave=None if args.interleave == "none" else int(args.interleave),
@@ -153,6 +174,19 @@ def main(argv=None):
             "curve": curve,
             **curve[-1],
         }
+        if args.sequential:
+            t0 = time.perf_counter()
+            syn0, _, seq_losses, seq_pairs = train_sequential(
+                chunks, graph.num_nodes, sgns, seed=seed
+            )
+            secs = time.perf_counter() - t0
+            row["sequential"] = {
+                "seconds": secs,
+                "pairs_per_s": sum(seq_pairs) / secs,
+                "loss_per_pair": seq_losses,
+                "max_norm": float(np.linalg.norm(syn0, axis=1).max()),
+                **quality(syn0, split),
+            }
         if have_gensim:
             sentences = gensim_sentences([walks])
             syn0, _, secs = gensim_skipgram(
@@ -178,10 +212,10 @@ def main(argv=None):
 
 def _print_row(row, task):
     keys = ("dot", "cosine") if task == "lp" else ("micro",)
-    jax_, gen = row["jax"], row.get("gensim")
+    jax_, seq, gen = row["jax"], row.get("sequential"), row.get("gensim")
     print(f"seed {row['seed']}: {row['tokens']:,} tokens, {jax_['pairs']:,} pairs")
     print(f"  {'run':<10} {'train s':>8} {'pairs/s':>11} " + " ".join(f"{k:>7}" for k in keys))
-    for name, r in (("jaxgraph", jax_), ("gensim", gen)):
+    for name, r in (("jaxgraph", jax_), ("batch 1", seq), ("gensim", gen)):
         if r is None:
             continue
         print(

@@ -236,6 +236,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--center", action="store_true", default=None, help="feedback on mean-centred vectors"
     )
     ep.add_argument("--lr", type=float)
+    ep.add_argument(
+        "--init-scale",
+        type=float,
+        help="syn0 starts uniform on [-s/d, s/d] (default 0.5, word2vec's; 1: gensim 4's)",
+    )
     ep.add_argument("--lr-decay", type=float)
     ep.add_argument(
         "--lr-schedule",

@@ -101,6 +101,7 @@ EMBED_OPTIONS = [
     (["--lr", "nan"], "--lr (lr) must be a finite number > 0, got nan"),
     (["--lr", "-1"], "--lr (lr) must be a finite number > 0, got -1.0"),
     (["--lr-decay", "-1"], "--lr-decay (lr_decay) must be a finite number >= 0, got -1.0"),
+    (["--init-scale", "0"], "--init-scale (init_scale) must be a finite number > 0, got 0.0"),
     (["--batch-size", "0"], "--batch-size (batch_size) must be positive, got 0"),
     (
         ["--shared-negatives", "3"],

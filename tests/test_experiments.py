@@ -525,11 +525,14 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
     text = _run(
         "sgns_vs_gensim.py",
         *("--dataset", "rmat", "--rmat-scale", "10", "--walks-per-node", "2", "--chunks", "2"),
-        *("--out", str(out)),
+        *("--sequential", "--out", str(out)),
     )
     (run,) = json.loads(out.read_text())["runs"]
     jax_ = run["jax"]
     assert jax_["pairs"] > 0 and len(jax_["curve"]) == 2 and len(jax_["loss_per_pair"]) == 2
+    seq = run["sequential"]  # the batch-1 reference on the same pairs
+    assert 0.5 < seq["dot"] <= 1 and 0.5 < seq["cosine"] <= 1 and len(seq["loss_per_pair"]) == 2
+    assert "batch 1" in text
     assert all(0.5 < c["dot"] <= 1 and 0.5 < c["cosine"] <= 1 for c in jax_["curve"])
     assert "pairs/s" in text
     per_round = next(line for line in text.splitlines() if "quality by round" in line)

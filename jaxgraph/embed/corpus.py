@@ -122,19 +122,11 @@ def skipgram_pairs(
       ``(inputs int32[M], outputs int32[M])``: row ``k`` trains ``syn0[inputs[k]]`` against
       ``syn1[outputs[k]]``.
     """
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    walk_ids = np.asarray(walk_ids, np.int64)
-    if walk_ids.shape != walks.lengths.shape:
-        raise ValueError("walk_ids must have one id per walk")
-    per_walk = np.zeros(walks.num_walks, np.int64)
+    per_walk = pairs_per_walk(walks, walk_ids, keep_prob, window, key)
     if walks.num_walks == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int32)
+    walk_ids = np.asarray(walk_ids, np.int64)
     kp = np.asarray(keep_prob, np.float64)
-    empty = np.zeros(0, np.int32)
-    _pairs_kernel(
-        walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty, empty
-    )
     offsets = np.zeros(walks.num_walks + 1, np.int64)
     np.cumsum(per_walk, out=offsets[1:])
     inputs = np.empty(offsets[-1], np.int32)
@@ -143,6 +135,26 @@ def skipgram_pairs(
         walks.nodes, walks.lengths, walk_ids, kp, window, key, False, offsets, inputs, outputs
     )
     return inputs, outputs
+
+
+def pairs_per_walk(
+    walks: Walks, walk_ids: np.ndarray, keep_prob: np.ndarray, window: int, key: np.uint64
+) -> np.ndarray:
+    """``int64[W]``: how many pairs each walk gives in :func:`skipgram_pairs` (same
+    arguments), without building them."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    walk_ids = np.asarray(walk_ids, np.int64)
+    if walk_ids.shape != walks.lengths.shape:
+        raise ValueError("walk_ids must have one id per walk")
+    per_walk = np.zeros(walks.num_walks, np.int64)
+    if walks.num_walks:
+        kp = np.asarray(keep_prob, np.float64)
+        empty = np.zeros(0, np.int32)
+        _pairs_kernel(
+            walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty, empty
+        )
+    return per_walk
 
 
 @njit(parallel=True, nogil=True, cache=True)

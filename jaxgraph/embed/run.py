@@ -560,6 +560,7 @@ _OPTIONS = {
             "sample",
             "counts",
             "lr",
+            "init_scale",
             "lr_decay",
             "lr_schedule",
             "batch_size",
