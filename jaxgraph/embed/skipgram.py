@@ -37,13 +37,14 @@ from about 9 walks of 80 at window 10, so a node that a walk revisits many times
 within one step and its revisits count sublinearly; spread over ``I = 64`` steps they add in
 full, as in word2vec. At gensim's DeepWalk settings ``I = 8`` scores dot and cosine AUC above
 gensim's on ca-AstroPh and an R-MAT of 2^16 nodes, where ``I = 64`` scored below it on the
-R-MAT, and leaves BlogCatalog's Micro-F1 0.005-0.011 below gensim's (experiments/README.md,
-"Batches from a stretch of 8 steps"); ``interleave=None`` spans the whole sync period. The
-link-prediction gain is the cap's, and it needs the cap at a row's ordinary frequency on both
-tables: allowing each row its expected count per step, capping one table, or a cap on
-``sqrt(k)`` all lose it. BlogCatalog's shortfall is not the cap's: on one device it scores
-the same with and without it (seeds 1 and 2: 0.3709 / 0.3756 and 0.3710 / 0.3756), 0.004-0.008
-below gensim ("What node classification pays for the row cap", "Other row rules").
+R-MAT; ``interleave=None`` spans the whole sync period. The link-prediction gain is the cap's,
+and it needs the cap at a row's ordinary frequency on both tables: allowing each row its
+expected count per step, capping one table, or a cap on ``sqrt(k)`` all lose it. Node
+classification does not pay for the batching: on BlogCatalog (gensim 4's initial range, per-pair
+negatives, 3 seeds) the trainer scores Micro-F1 within 0.005 of gensim's and +0.0003 on average
+against word2vec's update applied one pair at a time to the same pairs
+(:mod:`jaxgraph.embed.sequential`; experiments/README.md, "The initial range, and word2vec one
+pair at a time").
 
 The learning rate is word2vec's per pair; it is not divided by the batch size.
 
