@@ -72,6 +72,7 @@ def _args(argv=None):
     ap.add_argument("--sync-every", type=int, default=64, help="steps between replica merges")
     ap.add_argument("--merge", default="sum", help="replica merge (mean, sum or touched)")
     ap.add_argument("--parts", type=int, default=2, help="emulated devices (replicas)")
+    ap.add_argument("--pairs", default="host", help="where pairs are built: host or device")
     ap.add_argument("--chunks", type=int, default=5, help="rounds the corpus is fed in")
     ap.add_argument("--gensim-workers", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -112,6 +113,7 @@ def main(argv=None):
         interleave=None if args.interleave == "none" else int(args.interleave),
         sync_every=args.sync_every,
         merge=args.merge,
+        pairs=args.pairs,
         lr_schedule="global",
         schedule_rounds=args.chunks,
     )
