@@ -3,6 +3,8 @@
 * :mod:`jaxgraph.embed.walks`: DeepWalk and node2vec walks on the host (numba).
 * :mod:`jaxgraph.embed.corpus`: counts, sub-sampling, negative tables and skip-gram pairs.
 * :mod:`jaxgraph.embed.skipgram`: the SGNS update and the data-parallel trainer (JAX).
+* :mod:`jaxgraph.embed.sequential`: word2vec's update one pair at a time (numba), the reference
+  the trainer's quality is measured against.
 * :mod:`jaxgraph.embed.feedback`: neighbourhood consistency and the active-set rule (FeeST).
 * :mod:`jaxgraph.embed.run`: the round loop (:func:`embed`) and the ``jaxgraph embed`` command.
 * :mod:`jaxgraph.embed.evaluate`: link prediction, node classification and retrieval metrics.
