@@ -530,8 +530,10 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
     (run,) = json.loads(out.read_text())["runs"]
     jax_ = run["jax"]
     assert jax_["pairs"] > 0 and len(jax_["curve"]) == 2 and len(jax_["loss_per_pair"]) == 2
-    seq = run["sequential"]  # the batch-1 reference on the same pairs
-    assert 0.5 < seq["dot"] <= 1 and 0.5 < seq["cosine"] <= 1 and len(seq["loss_per_pair"]) == 2
+    # The batch-1 reference on the same pairs. On this small R-MAT word2vec's cosine AUC falls
+    # below chance (gensim 0.42, batch 1 0.42-0.45), its dot AUC does not (0.74-0.78).
+    seq = run["sequential"]
+    assert 0.6 < seq["dot"] <= 1 and 0 <= seq["cosine"] <= 1 and len(seq["loss_per_pair"]) == 2
     assert "batch 1" in text
     assert all(0.5 < c["dot"] <= 1 and 0.5 < c["cosine"] <= 1 for c in jax_["curve"])
     assert "pairs/s" in text
@@ -539,6 +541,9 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
     assert per_round.count(";") == 1  # two rounds, each with its dot / cosine AUC
     if "gensim" in run:  # an optional benchmark dependency
         assert 0.5 < run["gensim"]["dot"] <= 1 and run["gensim"]["pairs_per_s"] > 0
+        # Both are word2vec's update on the same walks: they score alike.
+        for k in ("dot", "cosine"):
+            assert abs(seq[k] - run["gensim"][k]) < 0.1, k
 
 
 def test_composition_table_quick(tmp_path):
