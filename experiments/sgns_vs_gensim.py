@@ -81,7 +81,7 @@ def _args(argv=None):
         "--sequential",
         action="store_true",
         help="also train word2vec's update one pair at a time on jaxgraph's pairs "
-        "(jaxgraph.embed.sequential; about 0.9M pairs/s on one core)",
+        "(jaxgraph.embed.sequential; about 1.4M pairs/s on one core)",
     )
     ap.add_argument("--out", default="runs/sgns_vs_gensim.json")
     return ap.parse_args(argv)

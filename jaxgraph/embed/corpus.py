@@ -107,6 +107,7 @@ def skipgram_pairs(
     keep_prob: np.ndarray,
     window: int,
     key: np.uint64,
+    per_walk: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """All (input, output) skip-gram pairs of the given walks, in walk order.
 
@@ -117,12 +118,15 @@ def skipgram_pairs(
       keep_prob: ``float64[N]`` sub-sampling keep probability (:func:`keep_probability`).
       window: maximum window ``w >= 1``.
       key: the round's 64-bit key (``_hostrng.round_key(seed, PURPOSE_PAIRS, round)``).
+      per_walk: :func:`pairs_per_walk` of the same arguments when the caller has it (its
+        counting pass is then skipped).
 
     Returns:
       ``(inputs int32[M], outputs int32[M])``: row ``k`` trains ``syn0[inputs[k]]`` against
       ``syn1[outputs[k]]``.
     """
-    per_walk = pairs_per_walk(walks, walk_ids, keep_prob, window, key)
+    if per_walk is None:
+        per_walk = pairs_per_walk(walks, walk_ids, keep_prob, window, key)
     if walks.num_walks == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int32)
     walk_ids = np.asarray(walk_ids, np.int64)

@@ -40,6 +40,7 @@ from jaxgraph.embed.corpus import (
     pairs_per_walk,
     skipgram_pairs,
 )
+from jaxgraph.embed.skipgram import round_walk_order
 from jaxgraph.embed.walks import Walks
 
 
@@ -136,15 +137,15 @@ def train_sequential(rounds, num_nodes, config, *, seed):
             losses.append(0.0)
             pair_counts.append(0)
             continue
-        order = np.random.default_rng([seed, hr.PURPOSE_SHUFFLE, r]).permutation(walks.num_walks)
+        order = round_walk_order(seed, r, walks.num_walks)
         sub = Walks(walks.nodes[order], walks.lengths[order])
         keep = keep_probability(counts, config.sample)
         key = hr.round_key(seed, hr.PURPOSE_PAIRS, r)
-        inputs, outputs = skipgram_pairs(sub, order.astype(np.int64), keep, config.window, key)
+        per_walk = pairs_per_walk(sub, order, keep, config.window, key)
+        inputs, outputs = skipgram_pairs(sub, order, keep, config.window, key, per_walk)
         # Each walk's pairs at the rate of the token fraction where the walk starts.
         tokens = sub.lengths.astype(np.int64)
         start = (np.cumsum(tokens) - tokens) / max(int(tokens.sum()), 1)
-        per_walk = pairs_per_walk(sub, order, keep, config.window, key)
         rates = np.repeat(config.step_rates(r, start), per_walk).astype(np.float32)
         accept, alias = alias_table(negative_weights(counts))
         neg_key = hr.round_key(seed, 0x4E47, r)

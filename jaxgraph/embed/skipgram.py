@@ -270,6 +270,12 @@ class SkipGramConfig:
         return lr * np.maximum(1.0 - frac, 1e-4)
 
 
+def round_walk_order(seed: int, round_index: int, num_walks: int) -> np.ndarray:
+    """The order in which round ``r`` trains its walks: a permutation of ``num_walks`` seeded by
+    ``(seed, r)``, ``int64[W]``."""
+    return np.random.default_rng([seed, hr.PURPOSE_SHUFFLE, round_index]).permutation(num_walks)
+
+
 class Tables(NamedTuple):
     """The two SGNS tables. Per replica ``f32[N, d]``; in the trainer ``f32[P, N, d]`` with the
     leading mesh axis sharded (replica ``p`` on device ``p``)."""
@@ -1062,9 +1068,7 @@ class SkipGramTrainer:
         if cfg.pairs == "device":
             device_args = place_all((*keep_thresholds(keep), key_words(pair_key)), self._rep)
         sent0 = self._input_bytes
-        order = np.random.default_rng([self.seed, hr.PURPOSE_SHUFFLE, round_index]).permutation(
-            walks.num_walks
-        )
+        order = round_walk_order(self.seed, round_index, walks.num_walks)
         tokens = walks.lengths[order].astype(np.int64)
         token_end = np.cumsum(tokens)
         est_pairs = token_end[-1] * (cfg.window + 1)
