@@ -546,6 +546,31 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
             assert abs(seq[k] - run["gensim"][k]) < 0.1, k
 
 
+def test_sgns_profile_times_each_program_of_a_round(tmp_path):
+    out = tmp_path / "profile.json"
+    text = _run(
+        "sgns_profile.py",
+        *("--dataset", "rmat", "--rmat-scale", "12", "--dim", "16", "--sync-every", "4"),
+        *("--out", str(out)),
+    )
+    runs = json.loads(out.read_text())["runs"]
+    allsync, whole, one = runs["2 devices"], runs["2 devices, every row merged"], runs["1 device"]
+    # The same tables (merging only the trained input rows of syn0 is exact), fewer rows moved.
+    assert allsync["loss_per_pair"] == whole["loss_per_pair"]
+    assert allsync["pairs"] == whole["pairs"] == one["pairs"] > 0
+    assert allsync["syncs"] == whole["syncs"] == whole["merge_periodic"]["calls"] + 1 > 10
+    assert whole["sync_rows"] == whole["syncs"] * 2 * 4096
+    assert allsync["merge_input_rows"]["calls"] > 0 and allsync["sync_rows"] < whole["sync_rows"]
+    assert one["syncs"] == 1  # one replica: the round-end merge only
+    assert one["merge_periodic"]["calls"] == one["merge_input_rows"]["calls"] == 0
+    for r in (allsync, whole, one):
+        timed = sum(r[k]["seconds"] for k in r if isinstance(r[k], dict))
+        assert 0 < timed + r["pairs_on_host_s"] <= r["seconds"] + 1e-6
+        assert r["train"]["calls"] >= r["steps"] / 4
+    assert "ceiling, 2 devices' training chunks alone (no merges)" in text
+    assert "ceiling, 2 x one device's (no merges)" in text
+
+
 def test_composition_table_quick(tmp_path):
     """The composed methods' rows: the baselines at ratio 1, 4-bit broadcasts and 4-bit stale
     halos below their unquantized versions' bytes, accuracies in range."""

@@ -18,6 +18,7 @@ from jaxgraph.embed.skipgram import (
     SkipGramTrainer,
     Tables,
     init_tables,
+    merge_rows,
     row_multiplicity,
     sample_negatives,
     sgns_update,
@@ -396,6 +397,67 @@ def test_touched_merge_averages_the_changes_of_the_replicas_that_changed_a_row(n
     want = [np.full(2, (num_parts + 1) / 2), np.full(2, 5.0), np.zeros(2)]
     for replica in np.asarray(merged):
         np.testing.assert_allclose(replica, np.stack(want), rtol=1e-6)
+
+
+@dataclasses.dataclass(frozen=True)
+class _WholeTableSync:
+    """AllSync's rule under another type, which the trainer runs as given: every row of both
+    tables at every sync."""
+
+    merge: str
+
+    @property
+    def needs_anchor(self):
+        return self.merge != "mean"
+
+    def __call__(self, tables, anchor, *, axis_name):
+        return merge_rows(tables, anchor, self.merge, axis_name=axis_name)
+
+    def rows(self, num_nodes):
+        return 2 * num_nodes
+
+
+@pytest.mark.parametrize(
+    "num_parts, merge", [(1, "sum"), (2, "sum"), (2, "mean"), (4, "sum"), (4, "touched")]
+)
+def test_allsync_merges_the_trained_input_rows_and_equals_a_whole_table_merge(num_parts, merge):
+    """A round on the 300-node graph, merged every 4 steps of 16 pairs per device: AllSync
+    merges ``syn0`` at the inputs trained since the last merge only (padded to 75 rows, a
+    quarter, or all rows when more), and one replica not at all between rounds; the tables
+    equal those of merging every row. On 1 and 2 replicas exactly (``2a - a`` and
+    ``(a + a) / 2`` are exact); on 4 within fp32 rounding (``4a - 3a`` is not)."""
+    g = power_law()
+    walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
+    cfg = SkipGramConfig(
+        dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=BUFFER, merge=merge
+    )
+    mesh = make_mesh(num_parts, AXIS)
+    out = {}
+    for name, sync in {"allsync": AllSync(merge), "whole": _WholeTableSync(merge)}.items():
+        tr = SkipGramTrainer(g.num_nodes, cfg, mesh, seed=3, sync=sync)
+        stats = [tr.train_round(walks, r) for r in range(2)]
+        out[name] = ([np.asarray(t) for t in tr.replicas()], stats)
+    (got, got_stats), (want, want_stats) = out["allsync"], out["whole"]
+    for g_t, w_t in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g_t, np.broadcast_to(g_t[:1], g_t.shape))
+        if num_parts <= 2:
+            np.testing.assert_array_equal(g_t, w_t)
+        else:
+            np.testing.assert_allclose(g_t, w_t, atol=TOL, rtol=0)
+    for a, b in zip(got_stats, want_stats, strict=True):
+        assert a.pairs == b.pairs and b.syncs > 2
+        assert b.sync_rows == b.syncs * 2 * N
+        if num_parts == 1:
+            assert (a.syncs, a.sync_rows) == (1, 2 * N)  # the round-end merge only
+        else:
+            assert a.syncs == b.syncs
+            # A periodic merge moves all N rows of syn1 and C of syn0: C = 75 while the inputs
+            # fit (on 2 replicas 128 pairs per period touch 39-56 of them; on 4, 256 pairs
+            # touch 46-99), else C = N.
+            periodic = a.sync_rows - 2 * N
+            assert (a.syncs - 1) * (N + 75) <= periodic < (a.syncs - 1) * 2 * N
+            if num_parts == 2:
+                assert periodic == (a.syncs - 1) * (N + 75)
 
 
 def test_long_sum_merge_periods_warn_before_training():
