@@ -70,13 +70,14 @@ a round ends with a full merge, so the feedback and the output read one consiste
 selective (hotspot) sync plugs in as another :class:`TableSync`.
 
 A merge reads and writes every row of both tables, the anchor too, so it is bound by memory
-bandwidth: on 2 emulated CPU devices a merge of 65,536 x 128 tables takes 49 ms, as long as
-the 64 steps between merges. Rows no replica changed since the last merge are equal
-everywhere, and every rule leaves them as they are; ``syn0`` changes only at the input rows
-of the trained pairs, which the host builds, so :class:`AllSync` merges ``syn0`` at those rows
-only (``merge_rows(..., input_rows=...)``; on an R-MAT of 2^16 nodes 13 % of them per 64
-steps, and the merge takes 36 ms). ``syn1`` also changes at the negatives, drawn on the
-devices over most of its rows, and is merged whole. One device skips its periodic merges.
+bandwidth: on 2 emulated CPU devices a merge of 65,536 x 128 tables takes 50 ms, longer than
+the 64 steps between merges (31 ms). Rows no replica changed since the last merge are equal
+everywhere, and every rule leaves them as they are; ``syn0`` changes only at the input rows of
+the trained pairs, which the host builds, so :class:`AllSync` merges ``syn0`` at those rows
+only (``merge_rows(..., input_rows=...)``; on an R-MAT of 2^16 nodes 13 % of them per 64 steps,
+and the merge takes 34 ms). ``syn1`` also changes at the negatives, drawn on the devices over
+most of its rows, and is merged whole. One device skips AllSync's periodic merges
+(``experiments/sgns_profile.py`` times each part of a round).
 
 Three merge rules (:func:`merge_rows`):
 
