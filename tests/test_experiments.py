@@ -136,7 +136,7 @@ def test_bench_data_quick():
 def test_bench_walks_quick():
     out = _run("bench_walks.py", "--quick")
     count = r"\s+([\d,.]+)"
-    row = re.compile(r"^(deepwalk|node2vec p=\S+ q=\S+)" + count * 5 + "$")
+    row = re.compile(r"^jaxgraph (deepwalk|node2vec p=\S+ q=\S+)" + count * 5 + "$")
     rows = {}
     for m in filter(None, (row.match(line) for line in out.splitlines())):
         walks, tokens, _, walks_s, tokens_s = (float(v.replace(",", "")) for v in m.groups()[1:])
@@ -149,6 +149,15 @@ def test_bench_walks_quick():
         # Both rates share one time: their quotient is tokens per walk (up to the rounding of
         # walks/s to an integer).
         assert walks_s > 0 and tokens_s / walks_s == pytest.approx(80, rel=1 / walks_s)
+    # PecanPy beside each walker it has a mode for: its rows (the same walks and tokens), or
+    # the reason it did not run (it needs numpy < 2, so it is usually not importable here).
+    loop = re.compile(r"^  PecanPy (\w+) walk loop" + count * 5 + "$")
+    ran = {m.group(1): m.groups()[1:3] for m in map(loop.match, out.splitlines()) if m}
+    for mode in ("FirstOrderUnweighted", "PreComp", "SparseOTF"):
+        if mode in ran:
+            assert [float(v.replace(",", "")) for v in ran[mode]] == [2 * 2708, 80 * 2 * 2708]
+        else:
+            assert f"  PecanPy {mode}: not run (" in out, out
 
 
 def test_fabc_table_quick(tmp_path):

@@ -17,7 +17,8 @@ seed, round)``, not on the thread count.
 node2vec (Grover & Leskovec 2016) moves from ``v`` (having come from ``t``) to a neighbour ``x``
 with unnormalised weight ``1/p`` if ``x = t``, ``1`` if ``x`` is a neighbour of ``t`` and ``1/q``
 otherwise. It is sampled exactly by rejection: propose ``x`` uniformly from ``N(v)``, accept
-with probability ``w(x) / max(1/p, 1, 1/q)``, so no ``O(sum deg^2)`` table is built.
+with probability ``w(x) / max(1/p, 1, 1/q)``, so no ``O(sum deg^2)`` table is built. At
+``p = q = 1`` every weight is 1 and the walk is DeepWalk's, which samples it.
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ def random_walks(
     if num_walks == 0:
         return Walks(nodes, lengths)
     key = hr.round_key(seed, hr.PURPOSE_WALKS, round_index)
-    if config.kind == "deepwalk":
+    if config.kind == "deepwalk" or config.p == config.q == 1:
+        # node2vec at p = q = 1 weighs every neighbour alike: DeepWalk's walk, at a third of
+        # the cost of the second-order kernel (which checks each proposal against t's
+        # neighbours).
         _deepwalk_kernel(indptr, indices, starts, key, nodes, lengths)
     else:
         _node2vec_kernel(

@@ -105,6 +105,18 @@ def test_node2vec_second_order_transition_matches_the_formula(p, q):
     assert stats.chisquare(counts, expected * third.size).pvalue > 1e-3
 
 
+def test_node2vec_at_p_q_one_is_deepwalk():
+    """Every neighbour weighs 1 at p = q = 1: the walks are DeepWalk's, draw for draw."""
+    g = power_law()
+    starts = np.arange(g.num_nodes)
+    deepwalk = random_walks(g, starts, WalkConfig(walk_length=12, walks_per_node=2), seed=4)
+    flat = random_walks(g, starts, WalkConfig("node2vec", 12, 2, 1.0, 1.0), seed=4)
+    biased = random_walks(g, starts, WalkConfig("node2vec", 12, 2, 1.0, 2.0), seed=4)
+    np.testing.assert_array_equal(flat.nodes, deepwalk.nodes)
+    np.testing.assert_array_equal(flat.lengths, deepwalk.lengths)
+    assert (biased.nodes != deepwalk.nodes).any()
+
+
 def test_empty_start_set_and_errors():
     g = directed()
     w = random_walks(g, np.zeros(0, np.int64), WalkConfig(walk_length=5), seed=0)
