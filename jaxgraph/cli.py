@@ -2,9 +2,10 @@
 
 On a CPU the command emulates ``--cpu-devices`` devices so that multi-part runs work on one
 machine; this is set before JAX starts, never at library import. The default is 8, except for
-``embed --parts 1``, which gets one device: XLA's CPU runtime runs a one-device program about
-twice as slowly when the host is split into 8 emulated devices (SGNS pairs per second on
-BlogCatalog: 1.07M with one device, 0.55M with eight).
+``embed``, which gets as many as its ``--parts``: XLA's CPU runtime runs a program more slowly
+when the host is split into more emulated devices than it uses (SGNS pairs per second on
+BlogCatalog at one part: 1.07M with one device, 0.55M with eight; ca-AstroPh at two parts on
+2 cores: 2.03M with two, 0.83M with eight).
 
 ``train`` also runs as one process per host (multi-controller JAX): the coordinator address,
 process count and process id come from ``--coordinator --num-processes --process-id``, the
@@ -34,13 +35,15 @@ def emulate_cpu_devices(n: int) -> None:
 
 
 def _cpu_devices(args) -> int:
-    """``--cpu-devices``, or its default: one device for a one-part embedding run, else 8."""
+    """``--cpu-devices``, or its default: an embedding run's ``--parts`` (at least 1; a bad
+    count is reported with the other options), else 8."""
     if args.cpu_devices is not None:
         if args.cpu_devices < 1:
             raise SystemExit(f"--cpu-devices must be >= 1, got {args.cpu_devices}")
         return args.cpu_devices
-    if args.command == "embed" and _embed_parts(args) == 1:
-        return 1
+    if args.command == "embed":
+        parts = _embed_parts(args)
+        return parts if isinstance(parts, int) and parts >= 1 else 1
     return 8
 
 
@@ -83,7 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--cpu-devices",
         type=int,
         default=None,
-        help="number of emulated CPU devices (default 8, or 1 for 'embed --parts 1'; ignored "
+        help="number of emulated CPU devices (default 8, or for 'embed' its --parts; ignored "
         "on GPU/TPU)",
     )
     sub = p.add_subparsers(dest="command", required=True)

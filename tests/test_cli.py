@@ -150,7 +150,8 @@ def test_config_unknown_key(tmp_path):
     "argv, devices",
     [
         (["embed", "--dataset", "cora"], 1),  # one replica: one device
-        (["embed", "--dataset", "cora", "--parts", "4"], 8),
+        (["embed", "--dataset", "cora", "--parts", "4"], 4),  # as many as the run uses
+        (["embed", "--dataset", "cora", "--parts", "0"], 1),  # refused later, with its name
         (["train", "--dataset", "cora"], 8),
         (["--cpu-devices", "3", "embed", "--dataset", "cora"], 3),  # an explicit count wins
     ],
