@@ -1013,6 +1013,10 @@ class SkipGramTrainer:
             self._input_rows_sync = Bounded(
                 indexed_sync_program(mesh, self.axis_name, self.sync), mesh
             )
+        # The host sees the inputs only when it builds the pairs; one replica never reads them.
+        self._tracks_inputs = (
+            self._skip_untouched and self.num_devices > 1 and config.pairs == "host"
+        )
         self._inputs_since_merge = np.zeros(num_nodes, bool)
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
@@ -1216,7 +1220,7 @@ class SkipGramTrainer:
         None (a full merge) with device-built pairs, whose inputs the host does not see, or
         when they are more than a quarter of the rows: the gather and scatter of an indexed
         merge then cost about what they save."""
-        if self.config.pairs != "host":
+        if not self._tracks_inputs:
             return None
         rows = np.flatnonzero(self._inputs_since_merge)
         n = self.num_nodes
@@ -1264,7 +1268,8 @@ class SkipGramTrainer:
             x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
             x_w[d].reshape(-1)[:m] = 1.0
             trained += [ins[d][lo : lo + m], outs[d][lo : lo + m]]
-            self._inputs_since_merge[ins[d][lo : lo + m]] = True
+            if self._tracks_inputs:
+                self._inputs_since_merge[ins[d][lo : lo + m]] = True
         updates = np.bincount(np.concatenate(trained), minlength=self.num_nodes)
         self.update_counts += updates
         self.round_update_counts += updates
