@@ -21,6 +21,7 @@ Writes ``<stem>.json`` (every run) and ``<stem>.md`` (the summary table).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import time
 from pathlib import Path
@@ -30,9 +31,9 @@ from embed_table import VARIANTS, add_run_arguments, emulate_devices_for
 from felog_table import felog_config
 
 from jaxgraph.cli import num_rows_arg
-from jaxgraph.data import rmat
+from jaxgraph.data import load_graph, rmat
 from jaxgraph.embed import evaluate as ev
-from jaxgraph.embed.run import atomic_write_bytes, embed, load_embedding_graph, save_json
+from jaxgraph.embed.run import EmbedConfig, atomic_write_bytes, embed, save_json
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
 
@@ -154,7 +155,8 @@ def main():
     if args.dataset == "rmat":
         g = rmat(scale=args.rmat_scale, seed=0, name=f"rmat_2^{args.rmat_scale}")
     else:
-        g = load_embedding_graph(args.dataset, num_nodes=args.nodes)
+        data = EmbedConfig().data
+        g = load_graph(dataclasses.replace(data, name=args.dataset, num_nodes=args.nodes))
     settings = list(itertools.product(args.counts, args.full_every, args.rows))
     runs = {}
     classify = g.labels is not None and bool(ev.label_matrix(g.labels).any())

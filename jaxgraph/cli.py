@@ -504,8 +504,9 @@ def _graph_fields(args) -> dict:
     if args.dataset is not None:
         raise ValueError("give --dataset or --graph, not both")
     fields = {"graph": args.graph, "format": args.format, "directed": args.directed}
+    fields["name"] = None  # the file takes the place of the config's dataset
     fields.update(features=args.features, labels=args.labels)
-    return {k: v for k, v in fields.items() if v is not None}
+    return {k: v for k, v in fields.items() if v is not None or k == "name"}
 
 
 def _train_config(args):
@@ -593,16 +594,18 @@ def check_output_file(path: str, option: str) -> Path:
 
 def _partition(args) -> None:
     from jaxgraph.atomic import atomic_write_text
+    from jaxgraph.data import DataConfig, load_graph
     from jaxgraph.mesh import make_mesh
     from jaxgraph.partition import partition_graph, partition_report
-    from jaxgraph.train import DataConfig, load_graph
 
     if args.parts < 1:
         raise ValueError(f"--parts must be an integer >= 1, got {args.parts}")
     out = check_output_file(args.out, "--out") if args.out else None
     heatmap = check_output_file(args.heatmap, "--heatmap") if args.heatmap else None
     graph = load_graph(
-        DataConfig(name=args.dataset or "cora", seed=args.seed, **_graph_fields(args))
+        DataConfig(**{"name": args.dataset, "seed": args.seed, **_graph_fields(args)}).with_default(
+            "cora"
+        )
     )
     if args.parts > graph.num_nodes:
         raise ValueError(

@@ -7,6 +7,7 @@ write what it promises. Run with ``python -m pytest -m slow tests/test_experimen
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -360,8 +361,9 @@ def test_felog_table_quick(tmp_path):
 
 
 def test_hasyn_sweep_pairs_each_sync_with_allsync(tmp_path):
+    from jaxgraph.data import load_graph
+    from jaxgraph.embed import EmbedConfig
     from jaxgraph.embed.evaluate import link_prediction_split
-    from jaxgraph.embed.run import load_embedding_graph
 
     nodes, dim, rows_per_sync = 2000, 8, 16
     _run(
@@ -385,7 +387,7 @@ def test_hasyn_sweep_pairs_each_sync_with_allsync(tmp_path):
         ],
         key=str,
     )
-    graph = load_embedding_graph("sbm", num_nodes=nodes)
+    graph = load_graph(dataclasses.replace(EmbedConfig().data, name="sbm", num_nodes=nodes))
     summary = {(r["rows"], r["method"]): r for r in results["summary"]}
     assert sorted(summary) == [(0, "HaSyn"), (0, "RandomSync"), (16, "HaSyn"), (16, "RandomSync")]
     diffs = {key: [] for key in summary}

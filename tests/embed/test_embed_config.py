@@ -1,6 +1,7 @@
 """Embedding configs from files: every setting of a run (FaBC, the pipeline, the sync
 included) is reachable from a .toml/.json file, and the command line's options override it."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,18 +12,23 @@ import numpy as np
 import pytest
 
 from jaxgraph.cli import main
+from jaxgraph.data import load_graph
 from jaxgraph.embed.compress import FabcConfig
 from jaxgraph.embed.pipeline import PipelineConfig
 from jaxgraph.embed.run import (
     EmbedConfig,
-    EmbedData,
     embed,
     load_embed_config,
-    load_embed_graph,
 )
 from jaxgraph.embed.skipgram import AllSync, SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync, RandomSync
 from jaxgraph.embed.walks import WalkConfig
+
+
+def EmbedData(**fields):
+    """``embed``'s default graph description (the sbm of its size) with ``fields``."""
+    return dataclasses.replace(EmbedConfig().data, **{"name": None, **fields})
+
 
 EXAMPLE = Path(__file__).parents[2] / "experiments" / "configs" / "embed" / "astroph_felog.toml"
 
@@ -128,7 +134,7 @@ def test_a_config_file_describes_the_whole_run(tmp_path):
     cfg = load_embed_config(path)
     assert cfg.data == EmbedData(name="sbm", num_nodes=120) and cfg.parts == 2
     from_file = embed(cfg)
-    graph = load_embed_graph(cfg.data, seed=cfg.seed)
+    graph = load_graph(cfg.data, seed=cfg.seed)
     assert graph.num_nodes == 120
     by_hand = embed(cfg, graph)
     np.testing.assert_array_equal(from_file.syn0, by_hand.syn0)
@@ -186,15 +192,13 @@ def test_data_and_parts_round_trip_through_json_and_toml(tmp_path):
 
 def test_data_seed_draws_the_graph_apart_from_the_run_seed():
     """``data.seed`` fixes the sbm graph whatever the run's seed; None takes the run's."""
-    own = load_embed_graph(EmbedData(name="sbm", num_nodes=80, seed=3), seed=0)
-    runs = load_embed_graph(EmbedData(name="sbm", num_nodes=80), seed=3)
-    other = load_embed_graph(EmbedData(name="sbm", num_nodes=80), seed=0)
+    own = load_graph(EmbedData(name="sbm", num_nodes=80, seed=3), seed=0)
+    runs = load_graph(EmbedData(name="sbm", num_nodes=80), seed=3)
+    other = load_graph(EmbedData(name="sbm", num_nodes=80), seed=0)
     np.testing.assert_array_equal(own.indices, runs.indices)
     assert not np.array_equal(own.indices, other.indices)
     with pytest.raises(ValueError, match="data.seed must be an integer >= 0 or None, got -1"):
         EmbedData(name="sbm", seed=-1)
-    with pytest.raises(ValueError, match="data.seed applies to a dataset or an sbm graph"):
-        EmbedData(graph="edges.txt", seed=1)
 
 
 def test_parts_beyond_the_devices_and_a_mesh_of_another_size_are_refused():

@@ -1,0 +1,145 @@
+"""Which graph a run reads, and the one function that reads it.
+
+:class:`DataConfig` names a bundled dataset, a synthetic generator with its size, or a graph
+file of the user's own with its format options; :func:`load_graph` turns it into a
+:class:`~jaxgraph.graph.Graph` for ``train``, ``embed`` and ``partition`` alike. What reading a
+file changed or assumed is logged once, here, on the ``jaxgraph`` logger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from jaxgraph.graph import Graph
+
+SYNTHETIC = ("sbm", "rmat")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check(where: str, ok: bool, value, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{where} must be {allowed}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """The graph of a run.
+
+    Attributes:
+      name: a bundled dataset (``jaxgraph datasets``) or a generator (``sbm``: degree-corrected
+        SBM with class-dependent features; ``rmat``); None: the command's default.
+      graph: a graph file or directory of your own instead (PyG ``.npz``, an edge list, a SciPy
+        ``.npz`` adjacency, an OGB directory; :func:`jaxgraph.data.read_graph`).
+      format: the graph file's format (pyg, edgelist, scipy, ogb; default: from the file).
+      directed: whether the file's edges are directed (needed where the file cannot say).
+      features: a feature file beside an edge list (.npy in node-id order, or an id-keyed table).
+      labels: a label file beside an edge list (a table of node id and label).
+      num_nodes: the size of a synthetic graph.
+      avg_degree: the mean degree of a synthetic graph.
+      num_features: the feature width of a synthetic graph.
+      num_classes: the classes of a synthetic graph.
+      homophily: the share of an sbm graph's edges inside a class.
+      seed: draws a synthetic graph and a missing split (None: the command's: the run's
+        seed for ``embed``, 0 for ``train``).
+    """
+
+    name: str | None = None
+    graph: str | None = None
+    format: str | None = None
+    directed: bool | None = None
+    features: str | None = None
+    labels: str | None = None
+    num_nodes: int = 10_000
+    avg_degree: float = 20.0
+    num_features: int = 128
+    num_classes: int = 8
+    homophily: float = 0.7
+    seed: int | None = None
+
+    def __post_init__(self):
+        n, s = self.num_nodes, self.seed
+        _check("data.num_nodes", _is_int(n) and n >= 1, n, "an integer >= 1")
+        d = self.avg_degree
+        ok = isinstance(d, int | float) and not isinstance(d, bool) and math.isfinite(d) and d > 0
+        _check("data.avg_degree", ok, d, "a finite number > 0")
+        f, c, h = self.num_features, self.num_classes, self.homophily
+        _check("data.num_features", _is_int(f) and f >= 0, f, "an integer >= 0")
+        _check("data.num_classes", _is_int(c) and c >= 1, c, "an integer >= 1")
+        _check("data.homophily", isinstance(h, int | float) and 0 <= h <= 1, h, "in [0, 1]")
+        _check("data.seed", s is None or (_is_int(s) and s >= 0), s, "an integer >= 0 or None")
+        if self.graph is None:
+            for field in ("format", "directed", "features", "labels"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"data.{field} applies to a graph file (data.graph) only")
+            if self.name == "sbm":
+                _check(
+                    "data.num_nodes",
+                    n >= c,
+                    n,
+                    f"at least data.num_classes = {c} for an sbm graph",
+                )
+        elif self.name is not None:
+            raise ValueError(
+                f"data.name ({self.name!r}) and data.graph ({self.graph!r}) name two graphs; "
+                "give one"
+            )
+
+    def with_default(self, name: str) -> DataConfig:
+        """This description, naming ``name`` (a command's default dataset) if it names no
+        graph."""
+        if self.graph is None and self.name is None:
+            return dataclasses.replace(self, name=name)
+        return self
+
+
+def load_graph(data: DataConfig, *, seed: int = 0, split: bool = False) -> Graph:
+    """The graph ``data`` names.
+
+    A graph file keeps its node ids (``Graph.ids``); with ``split``, a labelled file without a
+    train/validation/test split gets a seeded random one. A bundled dataset is fetched once and
+    cached; ``sbm`` and ``rmat`` are drawn from ``data.seed`` (None: ``seed``).
+
+    Raises:
+      ValueError: an unknown dataset, or a file that cannot be read (the message names it).
+    """
+    from jaxgraph.data.datasets import DATASETS, load_dataset
+    from jaxgraph.data.files import load_graph_file
+    from jaxgraph.data.synthetic import dc_sbm, rmat
+
+    seed = seed if data.seed is None else data.seed
+    if data.graph is not None:
+        return load_graph_file(
+            data.graph,
+            format=data.format,
+            directed=data.directed,
+            features=data.features,
+            labels=data.labels,
+            split_seed=seed if split else None,
+        )
+    name = data.name
+    if name == "sbm":
+        return dc_sbm(
+            data.num_nodes,
+            data.num_classes,
+            data.avg_degree,
+            num_features=data.num_features,
+            homophily=data.homophily,
+            seed=seed,
+        )
+    if name == "rmat":
+        return rmat(
+            data.num_nodes,
+            int(data.num_nodes * data.avg_degree),
+            seed=seed,
+            num_features=data.num_features,
+            num_classes=data.num_classes,
+        )
+    if name is None or name.lower().replace("_", "-") not in DATASETS:
+        raise ValueError(
+            f"unknown dataset {name!r}; choose one of {', '.join(DATASETS + SYNTHETIC)}"
+        )
+    return load_dataset(name, seed=seed)
