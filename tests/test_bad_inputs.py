@@ -39,9 +39,12 @@ TRAIN_OPTIONS = [
         "--score applies to --method adaqp or pipegcn-qadaptive only",
     ),
     (["--method", "adaqp", "--lookahead", "5", "--assign-period", "5"], "must be shorter than"),
-    (["--format", "pyg"], "--format applies to a graph file (--graph PATH) only"),
-    (["--features", "x.npy"], "--features applies to a graph file (--graph PATH) only"),
-    (["--directed"], "--directed applies to a graph file (--graph PATH) only"),
+    (["--format", "pyg"], "--format (data.format) applies to a graph file (data.graph) only"),
+    (
+        ["--features", "x.npy"],
+        "--features (data.features) applies to a graph file (data.graph) only",
+    ),
+    (["--directed"], "--directed (data.directed) applies to a graph file (data.graph) only"),
 ]
 
 
@@ -110,12 +113,12 @@ EMBED_OPTIONS = [
     (["--sync-every", "0"], "--sync-every (sync_every) must be positive, got 0"),
     (["--max-norm", "nan"], "--max-norm (max_norm) must be positive, got nan"),
     (["--parts", "0"], "--parts (parts) must be an integer >= 1, got 0"),
-    (["--nodes", "0"], "--nodes (num_nodes) must be an integer >= 1, got 0"),
+    (["--nodes", "0"], "--nodes (data.num_nodes) must be an integer >= 1, got 0"),
     (["--seed", "-1"], "--seed (seed) must be non-negative, got -1"),
     (["--row-cap", "0"], "--row-cap (row_cap) must be >= 1 or None, got 0"),
-    (["--shuffles", "0"], "--shuffles must be an integer >= 1, got 0"),
-    (["--train-ratios", "1.5"], "--train-ratios must be comma-separated numbers in (0, 1)"),
-    (["--train-ratios", "abc"], "--train-ratios must be comma-separated numbers in (0, 1)"),
+    (["--shuffles", "0"], "--shuffles (shuffles) must be an integer >= 1, got 0"),
+    (["--train-ratios", "0.5", "1.5"], "--train-ratios (train_ratios) must be numbers in (0, 1)"),
+    (["--train-ratios", "abc"], "--train-ratios takes float, got 'abc'"),
     (["--sync", "all", "--hotness", "2"], "--hotness applies to --sync hotspot or random only"),
     (["--sync", "all", "--sync-rows", "3"], "--sync-rows applies to --sync hotspot or random"),
     (["--sync", "all", "--full-every", "2"], "--full-every applies to --sync hotspot or random"),

@@ -84,11 +84,11 @@ def test_partition_report_and_heatmap(tmp_path, capsys):
             "xla_force_host_platform_device_count",
         ),
         (["train", "--config", "missing.toml"], "cannot read config file missing.toml"),
-        (["train", "--method", "adaqp", "--lam", "2"], "lam must lie in [0, 1], got 2"),
+        (["train", "--method", "adaqp", "--lam", "2"], "--lam (lam) must lie in [0, 1], got 2"),
         (["train", "--method", "adaqp", "--interconnect", "56k"], "unknown interconnect '56k'"),
         (
             ["train", "--method", "adaqp", "--assign-solver", "cplex"],
-            "solver must be one of ('milp', 'frontier'), got 'cplex'",
+            "--assign-solver (solver) must be one of ('milp', 'frontier'), got 'cplex'",
         ),
         (
             ["train", "--method", "quant-random", "--widths", "2", "16"],

@@ -47,6 +47,7 @@ from jaxgraph.comm.costmodel import MIB
 from jaxgraph.comm.quantized import quantized_layer_exchange, row_range_variance
 from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.mesh import to_host
+from jaxgraph.options import flag
 from jaxgraph.partition.buckets import (
     PARAM_BYTES,
     QUANT_WIDTHS,
@@ -95,7 +96,7 @@ class AssignConfig:
     group_size: int = 100
     interconnect: str = "10gbe"
     widths: tuple[int, ...] = QUANT_WIDTHS
-    solver: str = "milp"
+    solver: str = flag("--assign-solver", "milp")
     time_limit: float = 10.0
     mip_gap: float = 0.01
     lookahead: int = 0

@@ -12,6 +12,7 @@ import dataclasses
 import math
 
 from jaxgraph.graph import Graph
+from jaxgraph.options import flag
 
 SYNTHETIC = ("sbm", "rmat")
 
@@ -47,18 +48,18 @@ class DataConfig:
         seed for ``embed``, 0 for ``train``).
     """
 
-    name: str | None = None
+    name: str | None = flag("--dataset", None)
     graph: str | None = None
     format: str | None = None
-    directed: bool | None = None
+    directed: bool | None = flag("--directed", None, negative="--undirected")
     features: str | None = None
     labels: str | None = None
-    num_nodes: int = 10_000
+    num_nodes: int = flag("--nodes", 10_000)
     avg_degree: float = 20.0
     num_features: int = 128
     num_classes: int = 8
     homophily: float = 0.7
-    seed: int | None = None
+    seed: int | None = flag("--data-seed", None)
 
     def __post_init__(self):
         n, s = self.num_nodes, self.seed

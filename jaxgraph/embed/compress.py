@@ -67,6 +67,7 @@ from numba import njit, prange
 from jaxgraph.embed.device_pairs import DeviceWalks
 from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.walks import PAD, Walks
+from jaxgraph.options import flag
 
 Scope = Literal["walk", "corpus"]
 SCOPES = ("walk", "corpus")
@@ -448,11 +449,11 @@ class FabcConfig:
         round). The padding moves with the corpus and is counted in ``sent_bytes``.
     """
 
-    scope: Scope = "walk"
-    k: int | None = None
-    k_max: int = 8
-    interpret: bool = False
-    bucket: bool = True
+    scope: Scope = flag("--compress", "walk")
+    k: int | None = flag("--fabc-k", None)
+    k_max: int = flag("--fabc-k-max", 8)
+    interpret: bool = flag("--fabc-interpret", False)
+    bucket: bool = flag("--no-fabc-bucket", True)
 
     def __post_init__(self):
         _check_scope(self.scope)

@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit, prange
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.options import flag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ class FeedbackConfig:
     """
 
     mu: float = 0.65
-    num_neighbors: int = 30
+    num_neighbors: int = flag("--neighbors", 30)
     stop_ratio: float | None = None
     reactivate: bool = False
     warmup_rounds: int = 0

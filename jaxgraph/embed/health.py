@@ -23,6 +23,8 @@ import dataclasses
 import math
 from typing import Literal
 
+from jaxgraph.options import flag
+
 ACTIONS = ("warn", "stop", "ignore")
 
 
@@ -44,7 +46,7 @@ class HealthCheck:
 
     max_norm: float = 100.0
     max_loss: float | None = None
-    action: Literal["warn", "stop", "ignore"] = "warn"
+    action: Literal["warn", "stop", "ignore"] = flag("--on-unhealthy", "warn")
 
     def __post_init__(self):
         if not self.max_norm > 0:

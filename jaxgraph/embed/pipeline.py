@@ -76,6 +76,7 @@ from jaxgraph.embed.compress import CompressedWalks, raw_bytes
 from jaxgraph.embed.feedback import update_active_set
 from jaxgraph.embed.health import UnhealthyTraining
 from jaxgraph.embed.walks import Walks, random_walks
+from jaxgraph.options import flag
 
 Mode = Literal["sequential", "overlapped", "deterministic"]
 MODES = ("sequential", "overlapped", "deterministic")
@@ -99,7 +100,7 @@ class PipelineConfig:
     CPU-sized run: ``cpu_config("felog", pipeline=PipelineConfig("deterministic"))``.
     """
 
-    mode: Mode = "sequential"
+    mode: Mode = flag("--pipeline", "sequential")
     lag: int = 1
     queue_size: int = 1
     poll_seconds: float = 0.05

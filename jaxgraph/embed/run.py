@@ -64,7 +64,8 @@ from jaxgraph.embed.pipeline import (
     latest_state,
     run_rounds,
 )
-from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer, TableSync
+from jaxgraph.embed.skipgram import AllSync, SkipGramConfig, SkipGramTrainer, TableSync
+from jaxgraph.embed.sync import HotspotSync, RandomSync
 from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
 
@@ -194,11 +195,11 @@ def _optional(cls, value, where: str):
     return None if value is None else from_dict(cls, value, where)
 
 
-def _sync_types() -> dict[str, type]:
-    from jaxgraph.embed.skipgram import AllSync
-    from jaxgraph.embed.sync import HotspotSync, RandomSync
+SYNC_TYPES: dict[str, type] = {"all": AllSync, "hotspot": HotspotSync, "random": RandomSync}
 
-    return {"all": AllSync, "hotspot": HotspotSync, "random": RandomSync}
+
+def _sync_types() -> dict[str, type]:
+    return SYNC_TYPES
 
 
 def _sync_from_dict(value, where: str):
@@ -460,65 +461,6 @@ def _json_default(x):
 # ---------------------------------------------------------------------- command line
 
 
-def _table_sync(
-    name: str,
-    merge: str,
-    full_every: int,
-    hotness: str = "total",
-    num_rows: int | float | None = None,
-):
-    """The periodic sync named on the command line (None: every row, the trainer's default)."""
-    from jaxgraph.embed.sync import HotspotSync, RandomSync
-
-    if name == "all":
-        return None
-    options = {"merge": merge, "full_every": full_every, "counts": hotness, "num_rows": num_rows}
-    if name == "hotspot":
-        return HotspotSync(**options)
-    if name == "random":
-        return RandomSync(**options)
-    raise ValueError(f"unknown sync {name!r}; expected all, hotspot or random")
-
-
-# Command-line options and the config field each sets: (section of EmbedConfig or None, field).
-_OPTIONS = {
-    "walk_length": ("walk", "walk_length"),
-    "walks_per_node": ("walk", "walks_per_node"),
-    "p": ("walk", "p"),
-    "q": ("walk", "q"),
-    **{
-        k: ("sgns", k)
-        for k in (
-            "dim",
-            "window",
-            "negatives",
-            "sample",
-            "counts",
-            "lr",
-            "init_scale",
-            "lr_decay",
-            "lr_schedule",
-            "batch_size",
-            "shared_negatives",
-            "sync_every",
-            "interleave",
-            "merge",
-            "pairs",
-        )
-    },
-    "mu": ("feedback", "mu"),
-    "neighbors": ("feedback", "num_neighbors"),
-    "stop_ratio": ("feedback", "stop_ratio"),
-    "reactivate": ("feedback", "reactivate"),
-    "warmup_rounds": ("feedback", "warmup_rounds"),
-    "center": ("feedback", "center"),
-    "on_unhealthy": ("health", "action"),
-    "max_norm": ("health", "max_norm"),
-    "rounds": (None, "rounds"),
-    "seed": (None, "seed"),
-    "parts": (None, "parts"),
-    "nodes": ("data", "num_nodes"),
-}
 PRESETS = ("published", "cpu", "gpu")
 
 
@@ -535,169 +477,81 @@ def preset(name: str, method: Method = "felog") -> EmbedConfig:
     raise ValueError(f"unknown --preset {name!r}; expected one of {', '.join(PRESETS)}")
 
 
-def config_from_args(args) -> EmbedConfig:
-    """The :class:`EmbedConfig` of a ``jaxgraph embed`` command line: the preset's values,
-    with every option given on the command line in place of its own.
-
-    Raises:
-      ValueError: an option out of its range, or one that does not apply (the message names
-        the option, the value and the range).
-    """
-    try:
-        return _config_from_args(args)
-    except _SectionError as e:
-        raise ValueError(_name_option(str(e.__cause__), e.section)) from e.__cause__
-    except ValueError as e:
-        raise ValueError(_name_option(str(e), None)) from e
-
-
-# (section, config field) -> the option that sets it, for messages: two sections have a
-# field `counts` (`--counts` sets the corpus's, `--hotness` the sync's).
-_FIELD_OPTIONS = {(section, field): option for option, (section, field) in _OPTIONS.items()}
-_FIELD_OPTIONS["sgns", "row_cap"] = "row_cap"
-_FIELD_OPTIONS["sync", "counts"] = "hotness"
-_FIELD_OPTIONS["sync", "full_every"] = "full_every"
-_FIELD_OPTIONS["sync", "num_rows"] = "sync_rows"
-
-
-class _SectionError(ValueError):
-    """A section of the config refused its fields; ``__cause__`` says why."""
-
-    def __init__(self, section: str):
-        super().__init__(section)
-        self.section = section
-
-
-def _name_option(message: str, section: str | None) -> str:
-    """``dim must be positive`` -> ``--dim (dim) must be positive``."""
-    field = message.split(" ", 1)[0]
-    if field.startswith("data."):
-        section, field, message = "data", field[5:], message[5:]
-    option = _FIELD_OPTIONS.get((section, field))
-    if option is None:  # a check across sections: name the option if only one sets the field
-        options = {o for (_, f), o in _FIELD_OPTIONS.items() if f == field}
-        if len(options) != 1:
-            return message
-        (option,) = options
-    return f"--{option.replace('_', '-')} ({field}){message[len(field) :]}"
-
-
-def _config_from_args(args) -> EmbedConfig:
-    cfg = _base_config(args)
-    cfg = cfg.replace(data=_data_from_args(args, cfg.data))
-    method = cfg.method
-    if method == "deepwalk" and args.walker not in (None, "deepwalk"):
-        raise ValueError("--walker applies to --method felog only")
-    sections: dict[str | None, dict[str, Any]] = {}
-    for option, (section, field) in _OPTIONS.items():
-        value = getattr(args, option)
-        if value is not None:
-            sections.setdefault(section, {})[field] = value
-    if method == "felog" and args.walker is not None:
-        sections.setdefault("walk", {})["kind"] = args.walker
-    if "row_cap" in vars(args):  # absent unless given (None is "none": the plain sum)
-        sections.setdefault("sgns", {})["row_cap"] = args.row_cap
-    changes = sections.pop(None, {})
-    for section, fields in sections.items():
-        try:
-            changes[section] = dataclasses.replace(getattr(cfg, section), **fields)
-        except ValueError as e:
-            raise _SectionError(section) from e
-    cfg = cfg.replace(**changes)
-    given = {o: getattr(args, o) for o in ("full_every", "hotness", "sync_rows")}
-    given = {o: v for o, v in given.items() if v is not None}
-    name = args.sync or ("all" if cfg.sync is None else None)
-    if name == "all":
-        if given:
-            flag = "--" + next(iter(given)).replace("_", "-")
-            raise ValueError(f"{flag} applies to --sync hotspot or random only, not all")
-        return cfg.replace(sync=None)
-    try:
-        if name is None:  # the config file's sync; the options given refine it
-            fields = {"counts" if o == "hotness" else o: v for o, v in given.items()}
-            fields = {"num_rows" if o == "sync_rows" else o: v for o, v in fields.items()}
-            return cfg.replace(sync=dataclasses.replace(cfg.sync, **fields))
-        full_every = given.get("full_every", 32)
-        hotness = given.get("hotness", "total")
-        sync = _table_sync(name, cfg.sgns.merge, full_every, hotness, args.sync_rows)
-    except ValueError as e:
-        raise _SectionError("sync") from e
-    return cfg.replace(sync=sync)
-
-
-_GRAPH_FILE_OPTIONS = ("format", "directed", "features", "labels")
-
-
-def _data_from_args(args, data: DataConfig) -> DataConfig:
-    """The config's graph with ``--dataset`` or ``--graph`` (and the file's companions) in
-    place of its own: either option replaces the file's choice of graph."""
-    if args.dataset is not None and args.graph is not None:
-        raise ValueError("give --dataset or --graph, not both")
-    companions = {o: getattr(args, o) for o in _GRAPH_FILE_OPTIONS}
-    companions = {o: v for o, v in companions.items() if v is not None}
-    if args.dataset is not None:
-        data = dataclasses.replace(data, name=args.dataset, graph=None)
-    elif args.graph is not None:
-        data = dataclasses.replace(data, name=None, graph=args.graph)
-    if companions and data.graph is None:
-        raise ValueError(f"--{next(iter(companions))} applies to a graph file (--graph PATH) only")
-    return dataclasses.replace(data, **companions)
-
-
-def _base_config(args) -> EmbedConfig:
-    """The config the options apply to: ``--config FILE``'s, else ``--preset``'s (default
-    ``published``); ``--method`` replaces the file's method (and its walker with the one the
-    method needs)."""
-    if args.config is None:
-        return preset(args.preset or "published", args.method or "felog")
-    if args.preset is not None:
+def base_config(
+    method: Method | None = None, *, preset: str | None = None, config: str | None = None
+) -> EmbedConfig:
+    """The config a command line starts from: ``config``'s file, else ``preset``'s (default
+    ``published``); ``method`` replaces the file's method, and its walker with the one the
+    method needs."""
+    if config is None:
+        return globals()["preset"](preset or "published", method or "felog")
+    if preset is not None:
         raise ValueError("give --preset or --config, not both (a config file sets every default)")
-    cfg = load_embed_config(args.config)
-    if args.method is not None and args.method != cfg.method:
-        walk = dataclasses.replace(cfg.walk, kind=_walk_kind(args.method))
-        cfg = cfg.replace(method=args.method, walk=walk)
+    cfg = load_embed_config(config)
+    if method is not None and method != cfg.method:
+        walk = dataclasses.replace(cfg.walk, kind=_walk_kind(method))
+        cfg = cfg.replace(method=method, walk=walk)
     return cfg
 
 
-def _check_run_options(args) -> tuple[str, tuple[float, ...], Path | None]:
-    """The options of a ``jaxgraph embed`` run outside :class:`EmbedConfig`, checked before
-    any work: ``(task, train ratios, output directory)``."""
-    if args.task not in ("auto", "lp", "nc", "none"):
-        raise ValueError(f"--task must be auto, lp, nc or none, got {args.task!r}")
-    if args.shuffles < 1:
-        raise ValueError(f"--shuffles must be an integer >= 1, got {args.shuffles}")
-    try:
-        ratios = tuple(float(x) for x in args.train_ratios.split(","))
-    except ValueError:
-        ratios = ()
-    if not ratios or not all(0.0 < r < 1.0 for r in ratios):
-        raise ValueError(
-            "--train-ratios must be comma-separated numbers in (0, 1), e.g. 0.1,0.5, got "
-            f"{args.train_ratios!r}"
-        )
-    out = None
-    if args.out:
-        out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out} is a file; give a directory for the outputs")
-        if not out.parent.is_dir():
-            raise ValueError(f"--out {out}: directory {out.parent} does not exist")
-    return args.task, ratios, out
+@dataclasses.dataclass(frozen=True)
+class EmbedJob:
+    """``jaxgraph embed``: a run, its evaluation and its outputs.
+
+    Attributes:
+      config: the run (:class:`EmbedConfig`).
+      task: the evaluation: auto (nc where the graph has labels, else lp), lp (link
+        prediction on a held-out half of the edges), nc (node classification) or none.
+      train_ratios: the shares of labelled nodes the node classifier trains on.
+      shuffles: the random splits per train ratio.
+      retrieval: also report FAISS Hit/MRR/nDCG@K.
+      out: write embedding.npy (row i: node i of nodes.txt, the graph's own ids), context.npy,
+        nodes.txt, rounds.jsonl and eval.json to this directory.
+      quiet: print no per-round progress.
+    """
+
+    config: EmbedConfig = EmbedConfig()
+    task: Literal["auto", "lp", "nc", "none"] = "auto"
+    train_ratios: tuple[float, ...] = (0.1, 0.5, 0.9)
+    shuffles: int = 2
+    retrieval: bool = False
+    out: str | None = None
+    quiet: bool = False
+
+    def __post_init__(self):
+        if self.task not in ("auto", "lp", "nc", "none"):
+            raise ValueError(f"task must be auto, lp, nc or none, got {self.task!r}")
+        if (
+            isinstance(self.shuffles, bool)
+            or not isinstance(self.shuffles, int)
+            or self.shuffles < 1
+        ):
+            raise ValueError(f"shuffles must be an integer >= 1, got {self.shuffles!r}")
+        ratios = self.train_ratios
+        if not ratios or not all(isinstance(r, int | float) and 0.0 < r < 1.0 for r in ratios):
+            raise ValueError(
+                f"train_ratios must be numbers in (0, 1), e.g. 0.1 0.5, got {ratios!r}"
+            )
+        if self.out:
+            out = Path(self.out)
+            if out.exists() and not out.is_dir():
+                raise ValueError(f"--out {out} is a file; give a directory for the outputs")
+            if not out.parent.is_dir():
+                raise ValueError(f"--out {out}: directory {out.parent} does not exist")
 
 
-def run_cli(args) -> dict[str, Any]:
+def run_job(job: EmbedJob) -> dict[str, Any]:
     """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
 
     Writes ``embedding.npy`` (``syn0``), ``context.npy`` (``syn1``), ``nodes.txt`` (the id of
     each row's node, one per line: the ids of the user's graph file, or ``0..N-1``),
-    ``rounds.jsonl`` and ``eval.json`` to ``args.out`` when given. Every option and the output
-    directory are checked before the graph is read.
+    ``rounds.jsonl`` and ``eval.json`` to ``job.out`` when given.
     """
     from jaxgraph.distributed import is_primary
     from jaxgraph.embed import evaluate as ev
 
-    cfg = config_from_args(args)
-    task, ratios, out = _check_run_options(args)
+    cfg, task, ratios = job.config, job.task, job.train_ratios
+    out = Path(job.out) if job.out else None
     graph = load_graph(cfg.data, seed=cfg.seed)
     if graph.num_edges == 0:
         raise ValueError(f"graph {graph.name!r} has no edges: nothing to walk on")
@@ -712,7 +566,7 @@ def run_cli(args) -> dict[str, Any]:
         train_graph = split.train_graph
 
     def progress(r: RoundLog):
-        if not args.quiet:
+        if not job.quiet:
             print(
                 f"round {r.round}: active {r.active}, walks {r.walks}, pairs {r.pairs}, "
                 f"loss/pair {r.loss:.4f}, max row norm {r.max_norm:.3g}, {r.seconds:.2f}s, "
@@ -730,14 +584,14 @@ def run_cli(args) -> dict[str, Any]:
             evaluation[f"auc_{score}"] = ev.link_prediction_auc(
                 split, result.syn0, score, result.syn1
             )
-        if args.retrieval:
+        if job.retrieval:
             evaluation["retrieval"] = ev.edge_retrieval(result.syn0, split)
     elif task == "nc":
         nc = ev.node_classification(
-            result.syn0, graph.labels, train_ratios=ratios, shuffles=args.shuffles, seed=cfg.seed
+            result.syn0, graph.labels, train_ratios=ratios, shuffles=job.shuffles, seed=cfg.seed
         )
         evaluation["node_classification"] = {str(k): v for k, v in nc.items()}
-        if args.retrieval:
+        if job.retrieval:
             evaluation["retrieval"] = ev.label_retrieval(result.syn0, graph.labels, seed=cfg.seed)
     summary = {
         "dataset": graph.name,

@@ -67,6 +67,7 @@ import numpy as np
 
 from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.skipgram import Merge, Tables, check_merge, merge_block
+from jaxgraph.options import flag
 
 _PURPOSE_SYNC = 5  # host-stream purpose (jaxgraph.embed._hostrng uses 1..4)
 
@@ -174,8 +175,8 @@ def merge_selected_rows(
 class _SelectiveSync:
     merge: Merge = "mean"
     full_every: int | None = 32
-    counts: Hotness = "total"
-    num_rows: int | float | None = None
+    counts: Hotness = flag("--hotness", "total")
+    num_rows: int | float | None = flag("--sync-rows", None)
 
     def __post_init__(self):
         check_merge(self.merge)

@@ -33,6 +33,7 @@ from numba import njit, prange
 
 from jaxgraph.embed import _hostrng as hr
 from jaxgraph.graph import Graph
+from jaxgraph.options import flag
 
 WalkKind = Literal["deepwalk", "node2vec"]
 WALK_KINDS = ("deepwalk", "node2vec")
@@ -51,7 +52,7 @@ class WalkConfig:
       q: node2vec in-out parameter (> 0; ignored by DeepWalk).
     """
 
-    kind: WalkKind = "deepwalk"
+    kind: WalkKind = flag("--walker", "deepwalk")
     walk_length: int = 80
     walks_per_node: int = 1
     p: float = 1.0

@@ -13,7 +13,6 @@ from jaxgraph.train.config import DataConfig, ModelConfig, OptimConfig, TrainCon
 from jaxgraph.train.loop import NonFiniteLoss, train
 from jaxgraph.train.methods import (
     CAGNET,
-    METHODS,
     AdaQP,
     Method,
     PipeGCN,
@@ -22,12 +21,12 @@ from jaxgraph.train.methods import (
     SkipG,
     Vanilla,
     parse_method,
+    register_method,
 )
 from jaxgraph.train.state import Trainer, TrainState
 
 __all__ = [
     "CAGNET",
-    "METHODS",
     "AdaQP",
     "Method",
     "PipeGCN",
@@ -36,6 +35,7 @@ __all__ = [
     "SkipG",
     "Vanilla",
     "parse_method",
+    "register_method",
     "CheckpointError",
     "DataConfig",
     "ModelConfig",

@@ -29,6 +29,7 @@ from typing import Any
 
 from jaxgraph.configfile import from_dict, read_config_file
 from jaxgraph.data.source import DataConfig
+from jaxgraph.options import flag
 from jaxgraph.partition.partitioners import METHODS as PARTITIONERS
 from jaxgraph.train.methods import Method, Vanilla, method_from_dict, parse_method
 
@@ -48,9 +49,20 @@ def _is_real(v) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    name: str = "gcn"
+    """The GNN.
+
+    Attributes:
+      name: the model: gcn, sage (mean aggregation) or gat.
+      hidden: the width of every hidden layer.
+      num_layers: the number of graph layers.
+      dropout: the dropout rate of every layer's input.
+      layer_norm: normalize each hidden layer's output.
+      heads: the attention heads of gat.
+    """
+
+    name: str = flag("--model", "gcn")
     hidden: int = 64
-    num_layers: int = 2
+    num_layers: int = flag("--layers", 2)
     dropout: float = 0.5
     layer_norm: bool = False
     heads: int = 4
@@ -84,7 +96,14 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    learning_rate: float = 0.01
+    """Adam with L2 weight decay.
+
+    Attributes:
+      learning_rate: Adam's step size.
+      weight_decay: the L2 penalty added to the gradient.
+    """
+
+    learning_rate: float = flag("--lr", 0.01)
     weight_decay: float = 5e-4
 
     def __post_init__(self):
@@ -107,15 +126,20 @@ class TrainConfig:
     """A full-graph training run.
 
     Attributes:
+      data: the graph (default cora).
+      model: the GNN.
+      optim: the optimizer.
       parts: number of graph parts = mesh size.
       partition: ``metis``, ``random`` or ``contiguous``.
-      method: the communication method, a typed :class:`~jaxgraph.train.methods.Method`
-        (``Vanilla()``, ``AdaQP(period=10)``, ``Sancus("gap", 0.04)``, ...) or its short
-        spelling (``"adaqp"``, ``"sancus-h0.04"``), parsed on construction
-        (:func:`~jaxgraph.train.methods.parse_method`).
+      method: the communication method by name or short spelling (in code, a typed
+        :class:`~jaxgraph.train.methods.Method` such as ``AdaQP(period=10)``; a spelling is
+        parsed on construction by :func:`~jaxgraph.train.methods.parse_method`).
+      epochs: the number of training epochs.
+      seed: seeds the parameters, dropout and the stochastic messages.
       eval_every: evaluate every this many epochs (and at the last epoch).
       checkpoint_every: write a checkpoint every this many epochs (0 = never).
       workdir: where metrics (``metrics.jsonl``) and checkpoints go (``None`` = nowhere).
+      progress: show a progress bar.
       allow_nonfinite: keep training through a non-finite loss (to study divergence);
         by default the run stops at that epoch with an error.
     """

@@ -21,9 +21,10 @@ section, or by its short spelling::
     [method.adaqp.assign]
     lam = 0.3
 
-The short spellings of the command line (``quant-4``, ``sancus-h0.04-w20-clip1``,
-``pipegcn-fg``, ``skipg-2``) parse into these types here and nowhere else
-(:func:`parse_method`); :meth:`Method.label` spells a method back.
+A method type is registered once (:func:`register_method`): the ``--method`` choices, their
+options and help, the errors and the config-file sections all come from the registry. Each
+type parses its own short spellings (``quant-4``, ``sancus-h0.04-w20-clip1``, ``pipegcn-fg``,
+``skipg-2``; :meth:`Method.parse`) and spells itself back (:meth:`Method.label`).
 
 :meth:`Method.strategy` builds the communication strategy (:mod:`jaxgraph.comm`) a method
 describes for a run of a given length.
@@ -40,6 +41,7 @@ from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.pipegcn import DEFAULT_MOMENTUM
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.configfile import from_dict
+from jaxgraph.options import flag
 from jaxgraph.partition.buckets import MAX_CHUNKS, QUANT_WIDTHS, check_param_dtype, check_widths
 
 # The aggregation whose coefficients weigh a message in the adaptive assignment; GAT's
@@ -51,10 +53,22 @@ class Method:
     """What every method type provides (a frozen dataclass below)."""
 
     key: ClassVar[str]  # the section name in a config file, [method.<key>]
+    spellings: ClassVar[str] = ""  # the short spellings :meth:`parse` reads, for messages
     layout: ClassVar[str] = "halo"  # the plan it runs on: "halo" or "block"
+    modes: ClassVar[tuple[str, ...]] = ()  # fields that decide which others apply
     # Whether the loop compiles the step of an already decided next state in a thread
     # (a field of the methods whose state changes between periods).
     compile_ahead: ClassVar[bool] = False
+
+    @classmethod
+    def parse(cls, text: str) -> Method | None:
+        """The method ``text`` spells, or None if it is not one of this type's spellings."""
+        return cls() if text == cls.key else None
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        """The spelling of this type that takes ``field``, for messages."""
+        return cls.key
 
     def label(self) -> str:
         """The short spelling (``quant-4``, ``sancus-h0.04``), for logs and summaries."""
@@ -144,6 +158,25 @@ def _adaptive_exchange(
     )
 
 
+METHOD_TYPES: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Makes ``cls`` a method of ``jaxgraph train`` (``--method``, its options, config files
+    with ``[method.<key>]``); returns it, so that it decorates the class."""
+    METHOD_TYPES[cls.key] = cls
+    return cls
+
+
+_NUM = r"(?:inf|\d+(?:\.\d+)?)"
+
+
+def _match(pattern: str, text: str) -> dict[str, str | None] | None:
+    m = re.fullmatch(pattern, text)
+    return None if m is None else m.groupdict()
+
+
+@register_method
 @dataclasses.dataclass(frozen=True)
 class Vanilla(Method):
     """The uncompressed (fp32) ring all-to-all of halo rows."""
@@ -159,6 +192,7 @@ class Vanilla(Method):
         return VanillaExchange()
 
 
+@register_method
 @dataclasses.dataclass(frozen=True)
 class Quantized(Method):
     """Halo messages as ``bits``-bit codes (both passes).
@@ -182,13 +216,27 @@ class Quantized(Method):
 
     bits: int | Literal["random"] = 8
     widths: tuple[int, ...] = QUANT_WIDTHS
-    period: int = 0
-    chunks: int | None = None
+    period: int = flag("--assign-period", 0)
+    chunks: int | None = flag("--exchange-chunks", None)
     compile_ahead: bool = True
     param_dtype: str = "float32"
 
     key: ClassVar[str] = "quantized"
+    spellings: ClassVar[str] = "quant-<2|4|8|32|random>[-bf16]"
+    modes: ClassVar[tuple[str, ...]] = ("bits",)
     _RANDOM_ONLY: ClassVar[tuple[str, ...]] = ("widths", "period", "chunks", "compile_ahead")
+
+    @classmethod
+    def parse(cls, text: str) -> Quantized | None:
+        g = _match(r"quant-(?P<bits>2|4|8|32|random)(?P<bf16>-bf16)?", text)
+        if g is None or (g["bf16"] and g["bits"] == "32"):
+            return super().parse(text)
+        bits = g["bits"] if g["bits"] == "random" else int(g["bits"])
+        return cls(bits, param_dtype="bfloat16" if g["bf16"] else "float32")
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "quant-random" if field in cls._RANDOM_ONLY else "quant-<2|4|8|random>"
 
     def __post_init__(self):
         if self.bits not in (2, 4, 8, 32, "random") or isinstance(self.bits, bool):
@@ -238,6 +286,7 @@ class Quantized(Method):
         )
 
 
+@register_method
 @dataclasses.dataclass(frozen=True)
 class AdaQP(Method):
     """Adaptive message quantization: the widths of every message group re-solved every
@@ -258,13 +307,18 @@ class AdaQP(Method):
     """
 
     assign: AssignConfig = AssignConfig()
-    period: int = 0
-    chunks: int | None = None
+    period: int = flag("--assign-period", 0)
+    chunks: int | None = flag("--exchange-chunks", None)
     compile_ahead: bool = True
     score: Literal["sum", "squares"] = "sum"
     param_dtype: str = "float32"
 
     key: ClassVar[str] = "adaqp"
+    spellings: ClassVar[str] = "adaqp[-bf16]"
+
+    @classmethod
+    def parse(cls, text: str) -> AdaQP | None:
+        return cls(param_dtype="bfloat16") if text == "adaqp-bf16" else super().parse(text)
 
     def __post_init__(self):
         if isinstance(self.assign, dict):
@@ -287,6 +341,7 @@ class AdaQP(Method):
         )
 
 
+@register_method
 @dataclasses.dataclass(frozen=True)
 class PipeGCN(Method):
     """The ring exchange pipelined: halo rows and halo gradients one epoch stale.
@@ -308,13 +363,36 @@ class PipeGCN(Method):
     feature_momentum: float | None = None
     gradient_momentum: float | None = None
     quantize: int | Literal["adaptive"] | None = None
-    period: int = 0
+    period: int = flag("--assign-period", 0)
     assign: AssignConfig = AssignConfig()
-    chunks: int | None = None
+    chunks: int | None = flag("--exchange-chunks", None)
     score: Literal["sum", "squares"] = "sum"
 
     key: ClassVar[str] = "pipegcn"
+    spellings: ClassVar[str] = "pipegcn[-sync|-f|-g|-fg][-q<bits>|-qadaptive]"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
     _ADAPTIVE_ONLY: ClassVar[tuple[str, ...]] = ("period", "assign", "chunks", "score")
+
+    @classmethod
+    def parse(cls, text: str) -> PipeGCN | None:
+        """``pipegcn``, ``-sync``, ``-f`` / ``-g`` / ``-fg`` (momentum 0.95; ``-f0.9g0.8``
+        sets it), each with ``-q<2|4|8|32>`` or, stale, ``-qadaptive``."""
+        g = _match(
+            r"pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?"
+            r"(?:-q(?P<q>2|4|8|32|adaptive))?",
+            text,
+        )
+        if g is None:
+            return None
+        quantize = _bits_or_mode(g["q"])
+        if g["sync"]:
+            return cls(stale=False, quantize=quantize)
+        f, m = _momentum(g["f"], g["fm"]), _momentum(g["g"], g["gm"])
+        return cls(feature_momentum=f, gradient_momentum=m, quantize=quantize)
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "pipegcn-qadaptive" if field in cls._ADAPTIVE_ONLY else cls.key
 
     def __post_init__(self):
         for name in ("feature_momentum", "gradient_momentum"):
@@ -386,6 +464,7 @@ def _quantize_label(bits) -> str:
     return "" if bits is None else f"-q{bits}"
 
 
+@register_method
 @dataclasses.dataclass(frozen=True)
 class CAGNET(Method):
     """1D block-row training: every block broadcast every epoch (CAGNET's 1D algorithm).
@@ -400,11 +479,22 @@ class CAGNET(Method):
     """
 
     quantize: int | Literal["random", "adaptive"] | None = None
-    period: int = 0
+    period: int = flag("--assign-period", 0)
     assign: AssignConfig = AssignConfig()
 
     key: ClassVar[str] = "cagnet"
+    spellings: ClassVar[str] = "cagnet[-q<bits|random|adaptive>]"
     layout: ClassVar[str] = "block"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
+
+    @classmethod
+    def parse(cls, text: str) -> CAGNET | None:
+        g = _match(r"cagnet(?:-q(?P<q>2|4|8|32|random|adaptive))?", text)
+        return None if g is None else cls(_bits_or_mode(g["q"]))
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "cagnet-q<random|adaptive>" if field in ("period", "assign") else cls.key
 
     def __post_init__(self):
         _check_block_widths("cagnet", self)
@@ -474,6 +564,7 @@ def _block_quantize(method, *, epochs: int, seed: int, model: str):
 _POLICY_LETTER = {"epoch": "e", "adaptive": "a", "gap": "h"}
 
 
+@register_method
 @dataclasses.dataclass(frozen=True)
 class Sancus(Method):
     """Staleness-aware skip-broadcast on the block-row layout.
@@ -510,11 +601,41 @@ class Sancus(Method):
     clip: float | None = None
     clip_at: Literal["parameters", "embeddings"] = "parameters"
     quantize: int | Literal["random", "adaptive"] | None = None
-    period: int = 0
+    period: int = flag("--assign-period", 0)
     assign: AssignConfig = AssignConfig()
 
     key: ClassVar[str] = "sancus"
+    spellings: ClassVar[str] = (
+        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
+        "(e.g. sancus-e1, sancus-h0.04)"
+    )
     layout: ClassVar[str] = "block"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
+
+    @classmethod
+    def parse(cls, text: str) -> Sancus | None:
+        """``sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>]``: ``e``
+        epochs, ``a`` adaptive, ``h`` mean absolute gap; ``-clip`` clips parameter gradients,
+        ``-eclip`` the embedding-gradient messages."""
+        g = _match(
+            rf"sancus-(?P<kind>[eah])(?P<bound>{_NUM})(?:-w(?P<warmup>\d+))?"
+            rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32|random|adaptive))?",
+            text,
+        )
+        if g is None:
+            return None
+        return cls(
+            {"e": "epoch", "a": "adaptive", "h": "gap"}[g["kind"]],
+            float(g["bound"]),
+            50 if g["warmup"] is None else int(g["warmup"]),
+            None if g["clip"] is None else float(g["clip"]),
+            "embeddings" if g["at"] else "parameters",
+            _bits_or_mode(g["q"]),
+        )
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "sancus-<...>-q<random|adaptive>" if field in ("period", "assign") else cls.key
 
     def __post_init__(self):
         if self.policy not in _POLICY_LETTER:
@@ -566,6 +687,7 @@ class Sancus(Method):
         return SancusExchange(policy, quantize=quantize, **clip)
 
 
+@register_method
 @dataclasses.dataclass(frozen=True)
 class SkipG(Method):
     """Broadcasts every epoch; a block's gradient reduction skipped while at most ``bound``
@@ -583,7 +705,18 @@ class SkipG(Method):
     quantize: int | None = None
 
     key: ClassVar[str] = "skipg"
+    spellings: ClassVar[str] = "skipg[-<bound>][-w<warmup>][-q<bits>]"
     layout: ClassVar[str] = "block"
+
+    @classmethod
+    def parse(cls, text: str) -> SkipG | None:
+        g = _match(
+            r"skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?(?:-q(?P<q>2|4|8|32))?", text
+        )
+        if g is None:
+            return None
+        bound = 1 if g["bound"] is None else float(g["bound"])
+        return cls(bound, 50 if g["warmup"] is None else int(g["warmup"]), _bits(g["q"]))
 
     def __post_init__(self):
         if isinstance(self.bound, str) and self.bound == "inf":
@@ -611,74 +744,8 @@ class SkipG(Method):
         return SkipGExchange(self.bound, self.warmup, quantize=self.quantize)
 
 
-METHOD_TYPES: dict[str, type[Method]] = {
-    cls.key: cls for cls in (Vanilla, Quantized, AdaQP, PipeGCN, CAGNET, Sancus, SkipG)
-}
-
-# Examples of the short spellings (the command line's --method choices in its help).
-METHODS = ("vanilla", "quant-8", "quant-4", "quant-2", "quant-32", "quant-random", "adaqp")
-METHODS += ("pipegcn", "pipegcn-f", "pipegcn-g", "pipegcn-fg", "pipegcn-sync", "pipegcn-q4")
-METHODS += ("cagnet", "cagnet-q4", "sancus-e1", "sancus-a1", "sancus-h0.04", "sancus-e1-q4")
-METHODS += ("skipg",)
-
-
 def _number(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:g}"
-
-
-_NUM = r"(?:inf|\d+(?:\.\d+)?)"
-_GRAMMAR = [
-    (re.compile(r"^vanilla$"), lambda g: Vanilla()),
-    (
-        re.compile(r"^quant-(?P<bits>2|4|8|random)-bf16$"),
-        lambda g: Quantized(_bits_or_random(g["bits"]), param_dtype="bfloat16"),
-    ),
-    (re.compile(r"^quant-(?P<bits>2|4|8|32)$"), lambda g: Quantized(int(g["bits"]))),
-    (re.compile(r"^quant-random$"), lambda g: Quantized("random")),
-    (re.compile(r"^adaqp$"), lambda g: AdaQP()),
-    (re.compile(r"^adaqp-bf16$"), lambda g: AdaQP(param_dtype="bfloat16")),
-    (
-        re.compile(
-            r"^pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?"
-            r"(?:-q(?P<q>2|4|8|32|adaptive))?$"
-        ),
-        lambda g: (
-            PipeGCN(stale=False, quantize=_bits_or_mode(g["q"]))
-            if g["sync"]
-            else PipeGCN(
-                feature_momentum=_momentum(g["f"], g["fm"]),
-                gradient_momentum=_momentum(g["g"], g["gm"]),
-                quantize=_bits_or_mode(g["q"]),
-            )
-        ),
-    ),
-    (
-        re.compile(r"^cagnet(?:-q(?P<q>2|4|8|32|random|adaptive))?$"),
-        lambda g: CAGNET(_bits_or_mode(g["q"])),
-    ),
-    (
-        re.compile(
-            rf"^sancus-(?P<kind>[eah])(?P<bound>{_NUM})(?:-w(?P<warmup>\d+))?"
-            rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32|random|adaptive))?$"
-        ),
-        lambda g: Sancus(
-            {"e": "epoch", "a": "adaptive", "h": "gap"}[g["kind"]],
-            float(g["bound"]),
-            50 if g["warmup"] is None else int(g["warmup"]),
-            None if g["clip"] is None else float(g["clip"]),
-            "embeddings" if g["at"] else "parameters",
-            _bits_or_mode(g["q"]),
-        ),
-    ),
-    (
-        re.compile(r"^skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?(?:-q(?P<q>2|4|8|32))?$"),
-        lambda g: SkipG(
-            1 if g["bound"] is None else float(g["bound"]),
-            50 if g["warmup"] is None else int(g["warmup"]),
-            _bits(g["q"]),
-        ),
-    ),
-]
 
 
 def _momentum(flag, value) -> float | None:
@@ -699,37 +766,21 @@ def _bits_or_random(value: str) -> int | str:
     return value if value == "random" else int(value)
 
 
-def parse_method(text: str) -> Method:
-    """The method a short spelling names.
-
-    ``vanilla``; ``quant-<2|4|8|32|random>`` (``-bf16``: bfloat16 row parameters);
-    ``adaqp[-bf16]``;
-    ``pipegcn``, ``pipegcn-sync``, ``pipegcn-f``/``-g``/``-fg`` (momentum 0.95; ``-f0.9g0.8``
-    sets it), each with an optional ``-q<2|4|8|32>`` (quantized halos) or, stale,
-    ``-qadaptive`` (AdaQP's widths);
-    ``cagnet[-q<2|4|8|32|random|adaptive>]`` (quantized broadcasts; widths per block);
-    ``sancus-<e|a|h><Δ>[-w<warmup>][-clip<threshold>|-eclip<threshold>][-q<bits>]`` (``e``: epochs,
-    ``a``: adaptive, ``h``: mean absolute gap; ``Δ`` may be ``inf``; warm-up 50 epochs, no
-    clipping by default; ``-clip`` clips parameter gradients, ``-eclip`` the embedding-gradient
-    messages), e.g. ``sancus-e1``, ``sancus-h0.04-w20-clip1``;
-    ``skipg[-<Δ>][-w<warmup>][-q<bits>]``.
+def parse_method(text: str | Method) -> Method:
+    """The method a name or short spelling names, asking each registered type
+    (:meth:`Method.parse`) in turn; a :class:`Method` is returned as it is.
 
     Raises:
-      ValueError: for any other text (the message lists the forms).
+      ValueError: for any other text (the message lists every type's spellings).
     """
     if isinstance(text, Method):
         return text
-    for pattern, make in _GRAMMAR:
-        g = pattern.match(str(text))
-        if g is not None:
-            return make(g)
-    raise ValueError(
-        f"unknown method {text!r}; expected one of vanilla, quant-<2|4|8|32|random>[-bf16], "
-        "adaqp[-bf16], "
-        "pipegcn[-sync|-f|-g|-fg][-q<bits>|-qadaptive], cagnet[-q<bits>], "
-        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
-        "(e.g. sancus-e1, sancus-h0.04), skipg[-<bound>][-w<warmup>][-q<bits>]"
-    )
+    for cls in METHOD_TYPES.values():
+        method = cls.parse(str(text))
+        if method is not None:
+            return method
+    forms = ", ".join(cls.spellings or cls.key for cls in METHOD_TYPES.values())
+    raise ValueError(f"unknown method {text!r}; expected one of {forms}")
 
 
 def method_from_dict(d) -> Method:
@@ -750,7 +801,6 @@ def method_from_dict(d) -> Method:
 
 __all__ = [
     "CAGNET",
-    "METHODS",
     "METHOD_TYPES",
     "AdaQP",
     "Method",
@@ -761,4 +811,5 @@ __all__ = [
     "Vanilla",
     "method_from_dict",
     "parse_method",
+    "register_method",
 ]

@@ -92,7 +92,7 @@ def test_cli_writes_embedding_round_log_and_evaluation(tmp_path, capsys):
         (["--dataset", "nope"], "unknown dataset 'nope'"),
         (
             ["--sync", "hotspot", "--hotness", "degree"],
-            "--hotness (counts) must be one of total, round",
+            "--hotness takes total or round or pending, got 'degree'",
         ),
         (["--sync", "random", "--sync-rows", "0"], "--sync-rows (num_rows) must be >= 1"),
         (["--sync", "hotspot", "--sync-rows", "1.5"], "a share of the nodes in (0, 1]"),
@@ -147,11 +147,11 @@ def test_global_schedule_spans_the_run():
 
 
 def test_command_line_defaults_come_from_the_preset():
-    from jaxgraph.cli import _build_parser
-    from jaxgraph.embed.run import config_from_args, cpu_config
+    from jaxgraph.cli import job_from_args
+    from jaxgraph.embed.run import cpu_config
 
     def config(*argv):
-        return config_from_args(_build_parser().parse_args(["embed", *argv]))
+        return job_from_args(["embed", *argv]).config
 
     published = config("--method", "deepwalk")
     assert published == EmbedConfig(method="deepwalk", walk=WalkConfig(kind="deepwalk"))

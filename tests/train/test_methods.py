@@ -10,7 +10,6 @@ import pytest
 from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.train import (
     CAGNET,
-    METHODS,
     AdaQP,
     PipeGCN,
     Quantized,
@@ -58,7 +57,7 @@ def test_spellings_parse_to_types_and_back(text):
 
 
 def test_every_listed_spelling_parses():
-    assert {parse_method(m).label() for m in METHODS} == set(METHODS)
+    assert {parse_method(m).label() for m in SPELLINGS} == set(SPELLINGS)
 
 
 @pytest.mark.parametrize(
