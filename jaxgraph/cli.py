@@ -82,9 +82,11 @@ def _method_choice() -> Choice:
 
     return Choice(
         types=lambda: METHOD_TYPES,
-        parse=parse_method,
+        make=lambda text, config: parse_method(text),
+        label=lambda method: method.label(),
         taker=lambda cls, field: cls.taker(field),
-        label=lambda m: m.label(),
+        applies=lambda method, field: field in method.options(),
+        modes=lambda cls: cls.modes,
         forms=lambda: ", ".join(c.spellings or c.key for c in METHOD_TYPES.values()),
     )
 
@@ -97,16 +99,10 @@ def _sync_choice() -> Choice:
             raise ValueError(f"unknown sync {text!r}; expected {', '.join(SYNC_TYPES)}")
         return None if text == "all" else SYNC_TYPES[text](merge=job.config.sgns.merge)
 
-    def name(cls) -> str:
-        return next(k for k, c in SYNC_TYPES.items() if c is cls)
+    def label(sync) -> str:
+        return "all" if sync is None else next(k for k, c in SYNC_TYPES.items() if c is type(sync))
 
-    return Choice(
-        types=lambda: SYNC_TYPES,
-        parse=lambda text: make(text, None),
-        taker=lambda cls, field: name(cls),
-        label=lambda sync: "all" if sync is None else name(type(sync)),
-        make=make,
-    )
+    return Choice(types=lambda: SYNC_TYPES, make=make, label=label)
 
 
 def _options(command: str) -> Options:
@@ -235,7 +231,7 @@ def _job(args):
         from jaxgraph.embed.run import EmbedJob, base_config
 
         method = getattr(args, "--method", None)
-        base = base_config(method, preset=args.preset, config=args.config)
+        base = base_config(method, preset_name=args.preset, config=args.config)
         base = base.replace(data=_source(base.data, args))
         return _options("embed").read(EmbedJob(config=base), args)
     base = PartitionJob(data=_source(PartitionJob().data, args))

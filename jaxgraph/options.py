@@ -40,18 +40,31 @@ class Choice:
 
     Attributes:
       types: the member types, by the name the selector takes.
-      parse: the selector's text -> an instance (a name, or a type's own short spelling).
-      taker: ``(type, field) -> text`` naming what takes a field, for messages.
-      make: ``(text, config) -> instance``, where a choice depends on the rest of the config.
+      make: ``(text, config) -> instance``: the selector's text (a name, or a type's own short
+        spelling) as the value of the field in ``config``.
+      label: an instance's spelling, for messages.
+      taker: ``(type, field) -> text`` naming what takes a field, for messages (default: the
+        type's name).
+      applies: ``(instance, field) -> bool``: whether a field takes effect under the
+        instance's other settings (default: every field does).
+      modes: ``type -> fields`` that decide which others apply; they are read first.
       forms: what the selector takes, for its help (default: the types' names).
     """
 
     types: Callable[[], dict[str, type]]
-    parse: Callable[[str], Any]
-    taker: Callable[[type, str], str] = lambda cls, field: cls.key
-    label: Callable[[Any], str] = lambda value: getattr(value, "key", str(value))
-    make: Callable[[str, Any], Any] | None = None
+    make: Callable[[str, Any], Any]
+    label: Callable[[Any], str]
+    taker: Callable[[type, str], str] | None = None
+    applies: Callable[[Any, str], bool] = lambda value, field: True
+    modes: Callable[[type], tuple[str, ...]] = lambda cls: ()
     forms: Callable[[], str] | None = None
+
+    def name(self, cls: type) -> str:
+        """The name the selector takes for member type ``cls``."""
+        return next(k for k, c in self.types().items() if c is cls)
+
+    def takes(self, cls: type, field: str) -> str:
+        return self.taker(cls, field) if self.taker else self.name(cls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +74,9 @@ class _Target:
     field: str
     hint: Any  # the field's resolved type
 
-    def spelled(self) -> str:
-        return ".".join(p if isinstance(p, str) else _key(p) for p in self.path)
+    def member(self) -> int | None:
+        """The index in ``path`` of the chosen type the field belongs to, if any."""
+        return next((i for i, p in enumerate(self.path) if isinstance(p, type)), None)
 
 
 @functools.cache
@@ -201,7 +215,8 @@ class Options:
         for dotted, choice in self.choices.items():
             names = ", ".join(choice.types())
             g = groups.setdefault(dotted, parser.add_argument_group(f"{dotted} ({names})"))
-            help_ = attribute_help(_owner(type(self.root), dotted)).get(dotted.split(".")[-1], "")
+            path = dotted.split(".")
+            help_ = attribute_help(_owner(type(self.root), path)).get(path[-1], "")
             help_ += f": {choice.forms() if choice.forms else names}"
             g.add_argument(
                 f"--{dotted.split('.')[-1]}",
@@ -212,7 +227,7 @@ class Options:
             )
         for name, targets in self.by_flag.items():
             t = targets[0]
-            section = _section_name(t)
+            section = self._spelled(t.path[:-1])
             group = groups.get(section)
             if group is None:
                 group = groups[section] = parser.add_argument_group(section or "run")
@@ -263,13 +278,28 @@ class Options:
             return f.default
         return value
 
+    def _choice(self, t: _Target) -> tuple[int, Choice] | None:
+        """The position of the chosen type in ``t.path`` and its choice, if any."""
+        i = t.member()
+        return None if i is None else (i, self.choices[".".join(t.path[:i])])
+
+    def _spelled(self, path: tuple) -> str:
+        """``path`` with each member type by its name (``method.sancus.bound``)."""
+        names, choice = [], None
+        for i, p in enumerate(path):
+            if isinstance(p, type):
+                choice = self.choices[".".join(path[:i])]
+                names.append(choice.name(p))
+            else:
+                names.append(p)
+        return ".".join(names)
+
     def _takers(self, targets: list[_Target]) -> str:
         out = []
         for t in targets:
-            for i, p in enumerate(t.path):
-                if isinstance(p, type):
-                    choice = self.choices[".".join(t.path[:i])]
-                    out.append(choice.taker(p, t.path[i + 1]))
+            if (found := self._choice(t)) is not None:
+                i, choice = found
+                out.append(choice.takes(t.path[i], t.path[i + 1]))
         return ", ".join(dict.fromkeys(out))
 
     def read(self, base: Any, ns: argparse.Namespace) -> Any:
@@ -284,13 +314,12 @@ class Options:
         for dotted, choice in self.choices.items():
             text = getattr(ns, f"choice:{dotted}", None)
             if text is not None:
-                value = choice.make(text, cfg) if choice.make else choice.parse(text)
-                cfg = self._set(cfg, dotted.split("."), value)
+                cfg = self._set(cfg, dotted.split("."), choice.make(text, cfg))
         # Options that decide which others apply (a method's ``modes``: ``--quantize``) first.
         first = {
             name: raw
             for name, raw in given.items()
-            if any(t.field in getattr(t.cls, "modes", ()) for t in self.by_flag[name])
+            if any(self._is_mode(t) for t in self.by_flag[name])
         }
         cfg = self._read(cfg, first)
         return self._read(cfg, {n: v for n, v in given.items() if n not in first})
@@ -314,26 +343,26 @@ class Options:
                 changes.setdefault(t.path[:-1], {})[t.field] = (value, name)
         return self._apply(cfg, changes)
 
+    def _is_mode(self, t: _Target) -> bool:
+        found = self._choice(t)
+        return found is not None and t.path[found[0] + 1] in found[1].modes(t.path[found[0]])
+
     def _takers_message(self, targets) -> str:
-        t = targets[0]
-        i = next(i for i, p in enumerate(t.path) if isinstance(p, type))
-        return f"--{t.path[i - 1]} " + " or ".join(
+        i = targets[0].member()
+        return f"--{targets[0].path[i - 1]} " + " or ".join(
             dict.fromkeys(self._takers([x]) for x in targets)
         )
 
     def _chosen(self, cfg, t: _Target) -> str:
-        i = next(i for i, p in enumerate(t.path) if isinstance(p, type))
-        choice = self.choices[".".join(t.path[:i])]
+        i, choice = self._choice(t)
         return repr(choice.label(_get(cfg, t.path[:i])))
 
     def _applies(self, cfg, t: _Target) -> bool:
         value = cfg
         for i, p in enumerate(t.path[:-1]):
             if isinstance(p, type):
-                if not isinstance(value, p):
-                    return False
-                options = getattr(value, "options", None)
-                if options is not None and t.path[i + 1] not in options():
+                choice = self.choices[".".join(t.path[:i])]
+                if not isinstance(value, p) or not choice.applies(value, t.path[i + 1]):
                     return False
             elif value is None:
                 return False
@@ -347,7 +376,8 @@ class Options:
             fields = changes[path]
             section = _get(cfg, path)
             if section is None:  # an optional section, switched on by its options
-                section = _section_type(_hint_at(cfg, path), None)()
+                owner = _owner(type(self.root), path)
+                section = _section_type(_hints(owner)[path[-1]], None)()
             try:
                 section = dataclasses.replace(section, **{k: v for k, (v, _) in fields.items()})
             except ValueError as e:
@@ -373,25 +403,20 @@ class Options:
         if word.startswith("--"):
             return message
         parts = word.split(".")
-        exact = {n for n, ts in self.by_flag.items() for t in ts if t.spelled() == word}
-        if len(exact) == 1:
-            return f"{exact.pop()} ({word}){message[len(word) :]}"
-        found = [
-            (t.path[: len(within)] != within, len(t.path), name)
-            for name, targets in self.by_flag.items()
-            for t in targets
-            if t.spelled().split(".")[-len(parts) :] == parts
-        ]
-        # Prefer the section that refused the value, then the shallowest field.
+        found = []
+        for name, targets in self.by_flag.items():
+            for t in targets:
+                spelled = self._spelled(t.path)
+                if spelled.split(".")[-len(parts) :] == parts:
+                    rank = (spelled != word, t.path[: len(within)] != within, len(t.path))
+                    found.append((*rank, name))
+        # Prefer the field spelled exactly, then the section that refused the value, then the
+        # shallowest field.
         best = min(found, default=None)
-        found = {name for *rank, name in found if rank == list(best[:2])} if best else set()
+        found = {name for *rank, name in found if rank == list(best[:3])} if best else set()
         if len(found) != 1:
             return message
         return f"{found.pop()} ({word}){message[len(word) :]}"
-
-
-def _key(cls: type) -> str:
-    return getattr(cls, "key", cls.__name__.lower())
 
 
 def _get(cfg, path):
@@ -399,15 +424,6 @@ def _get(cfg, path):
         if not isinstance(p, type):
             cfg = getattr(cfg, p) if cfg is not None else None
     return cfg
-
-
-def _hint_at(cfg, path):
-    names = [p for p in path if isinstance(p, str)]
-    owner = type(cfg)
-    for n in names[:-1]:
-        owner = type(getattr(cfg, n)) if cfg is not None else owner
-        cfg = getattr(cfg, n, None)
-    return _hints(owner)[names[-1]]
 
 
 def _section_type(hint, default) -> type | None:
@@ -420,15 +436,12 @@ def _section_type(hint, default) -> type | None:
     return None
 
 
-def _owner(cls: type, dotted: str) -> type:
-    for name in dotted.split(".")[:-1]:
-        cls = _section_type(_hints(cls)[name], None) or cls
+def _owner(cls: type, path: Sequence) -> type:
+    """The config type that declares the last field of ``path`` (names, and member types
+    after a choice's name), starting from ``cls``."""
+    for p in path[:-1]:
+        cls = p if isinstance(p, type) else _section_type(_hints(cls)[p], None)
     return cls
-
-
-def _section_name(t: _Target) -> str:
-    names = [p if isinstance(p, str) else _key(p) for p in t.path[:-1]]
-    return ".".join(names)
 
 
 def _metavar(hint) -> str:

@@ -148,7 +148,7 @@ class EmbedConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in d.items()}
         if self.sync is not None:
-            kind = next(k for k, cls in _sync_types().items() if type(self.sync) is cls)
+            kind = next(k for k, cls in SYNC_TYPES.items() if type(self.sync) is cls)
             out["sync"] = {kind: dataclasses.asdict(self.sync)}
         return out
 
@@ -198,12 +198,8 @@ def _optional(cls, value, where: str):
 SYNC_TYPES: dict[str, type] = {"all": AllSync, "hotspot": HotspotSync, "random": RandomSync}
 
 
-def _sync_types() -> dict[str, type]:
-    return SYNC_TYPES
-
-
 def _sync_from_dict(value, where: str):
-    types = _sync_types()
+    types = SYNC_TYPES
     if value is None:
         return None
     if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in types:
@@ -478,14 +474,14 @@ def preset(name: str, method: Method = "felog") -> EmbedConfig:
 
 
 def base_config(
-    method: Method | None = None, *, preset: str | None = None, config: str | None = None
+    method: Method | None = None, *, preset_name: str | None = None, config: str | None = None
 ) -> EmbedConfig:
-    """The config a command line starts from: ``config``'s file, else ``preset``'s (default
-    ``published``); ``method`` replaces the file's method, and its walker with the one the
-    method needs."""
+    """The config a command line starts from: ``config``'s file, else the preset
+    ``preset_name``'s (default ``published``); ``method`` replaces the file's method, and its
+    walker with the one the method needs."""
     if config is None:
-        return globals()["preset"](preset or "published", method or "felog")
-    if preset is not None:
+        return preset(preset_name or "published", method or "felog")
+    if preset_name is not None:
         raise ValueError("give --preset or --config, not both (a config file sets every default)")
     cfg = load_embed_config(config)
     if method is not None and method != cfg.method:
