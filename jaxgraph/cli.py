@@ -145,8 +145,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
             sp.add_argument(
                 "--preset",
-                help=f"the defaults every option starts from: {', '.join(PRESETS)} "
-                "(jaxgraph.embed.preset says what each sets)",
+                choices=list(PRESETS),
+                help="the defaults every option starts from (default published): "
+                + "; ".join(f"{name}: {what}" for name, what in PRESETS.items()),
             )
         _options(command).add_to(sp)
         if command != "partition":

@@ -599,3 +599,43 @@ def test_composition_table_quick(tmp_path):
     rows = {line.split("|")[3].strip(): line for line in table.splitlines() if "| cora |" in line}
     assert rows["cagnet"].split("|")[9].strip() == "1.000"
     assert rows["vanilla"].split("|")[9].strip() == "1.000"
+
+
+def test_sancus_stale_phase_quick(tmp_path):
+    """CAGNET and Sancus Δ_H 0.03 with a 10-epoch warm-up: the best epoch, where it falls, the
+    bytes relative to CAGNET; a resumed run trains nothing."""
+    prefix = tmp_path / "stale"
+    _run("sancus_stale_phase.py", "--quick", "--out", str(prefix))
+    runs = json.loads(prefix.with_suffix(".json").read_text())["runs"]
+    assert {r["method"] for r in runs} == {"cagnet", "sancus-h0.03-w10"}
+    for r in runs:
+        assert 0 <= r["best_epoch"] < 40 and 0 < r["test_at_best"] <= 100
+    sancus = next(r for r in runs if r["method"] != "cagnet")
+    assert "| sancus-h0.03-w10 |" in prefix.with_suffix(".md").read_text()
+    # Skipped broadcasts move fewer bytes than CAGNET's every-epoch broadcasts.
+    assert 0 < sancus["bytes_vs_cagnet"] < 1
+    out = _run("sancus_stale_phase.py", "--quick", "--resume", "--out", str(prefix))
+    assert "resuming: 2 runs" in out and "P=4 seed" not in out  # no run trained
+
+
+def test_preset_compare_quick(tmp_path):
+    """The published preset beside word2vec's update on BlogCatalog: every configuration
+    trains the same pairs and is scored; the .md carries the paired differences."""
+    prefix = tmp_path / "presets"
+    _run(
+        "preset_compare.py",
+        "--quick",
+        "--datasets",
+        "blogcatalog",
+        "--shuffles",
+        "1",
+        "--out",
+        str(prefix),
+    )
+    runs = json.loads(prefix.with_suffix(".json").read_text())["runs"]
+    assert {r["preset"] for r in runs} == {"published", "word2vec-exact", "word2vec-spread"}
+    assert len({r["pairs"] for r in runs}) == 1
+    for r in runs:
+        assert 0.1 < r["micro_0.5"] < 1 and np.isfinite(r["loss_per_pair"]).all()
+    text = prefix.with_suffix(".md").read_text()
+    assert "word2vec-spread minus published, paired by seed (1)" in text

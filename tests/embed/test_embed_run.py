@@ -11,7 +11,7 @@ from jaxgraph.cli import main
 from jaxgraph.data import dc_sbm
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.health import HealthCheck
-from jaxgraph.embed.run import EmbedConfig, embed
+from jaxgraph.embed.run import PRESETS, EmbedConfig, embed, preset
 from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig
 
@@ -172,7 +172,27 @@ def test_command_line_defaults_come_from_the_preset():
     assert (gpu.sgns.batch_size, gpu.sgns.shared_negatives, gpu.sgns.row_cap) == (16384, 8, 16)
     same = dataclasses.replace(gpu.sgns, batch_size=1024, shared_negatives=1, row_cap=4)
     assert same == published.sgns
+    # word2vec's update: the published run without the row cap and the interleaving window.
+    w2v = config("--preset", "word2vec", "--method", "deepwalk")
+    assert (w2v.sgns.row_cap, w2v.sgns.interleave, w2v.sgns.shared_negatives) == (None, None, 1)
+    assert w2v.replace(sgns=dataclasses.replace(w2v.sgns, row_cap=4, interleave=8)) == published
     with pytest.raises(
-        ValueError, match="unknown --preset 'tpu'; expected one of published, cpu, gpu"
+        ValueError, match="unknown --preset 'tpu'; expected one of published, word2vec, cpu, gpu"
     ):
-        config("--preset", "tpu")
+        preset("tpu")
+
+
+def test_preset_help_names_every_setting_it_changes(capsys):
+    """`embed --help` says what each preset changes: the published preset's row cap and
+    interleaving, word2vec's lack of them, the GPU preset's step size."""
+    with pytest.raises(SystemExit):
+        main(["embed", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in PRESETS:
+        assert f"{name}: " in text
+    assert "(row_cap 4)" in text and "(interleave 8)" in text
+    assert "word2vec: the published run with word2vec's update: no row cap" in text
+    assert "16,384 pairs per device" in text
+    with pytest.raises(SystemExit):
+        main(["embed", "--preset", "tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
