@@ -291,7 +291,7 @@ class Adaptive(CommStrategy):
             plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), first)
         )
 
-    def controller(self, plan, layer_dims, *, cost=None) -> AdaptiveController:
+    def controller(self, plan, layer_dims, *, cost=None, run=None) -> AdaptiveController:
         return AdaptiveController(self, plan, layer_dims, cost=cost)
 
     # ------------------------------------------------------------------ device side

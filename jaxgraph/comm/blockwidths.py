@@ -170,15 +170,27 @@ class BlockWidthsController(Controller):
     """Host half of widths per owner block: installs the next period's widths at each
     boundary (random draws known ahead; adaptive solved from the traces of the period).
 
-    The exchange declares which layers carry widths (``quantized_layers``), and its
-    ``quantize`` is a :class:`BlockQuantize`; a block has the plan's ``num_local_rows`` rows.
+    The exchange (a block-row method) declares which layers carry widths
+    (``quantized_layers``); ``q`` is its widths in the run (:class:`BlockQuantize`); a block
+    has the plan's ``num_local_rows`` rows.
     """
 
-    def __init__(self, exchange, plan, layer_dims, *, cost=None):
+    def __init__(self, exchange, plan, layer_dims, *, q: BlockQuantize, cost=None):
         super().__init__(exchange, plan, layer_dims)
-        self.q: BlockQuantize = exchange.quantize
+        self.q = q
         self.cost = cost
         self._upcoming: tuple | None = None
+
+    def init_state(self, *, epoch: int = 0):
+        """The exchange's state with the widths in force after ``epoch`` epochs (random: that
+        period's draw; adaptive: the first period's uniform width)."""
+        state = list(super().init_state(epoch=epoch))
+        p, rows = self.plan.num_parts, self.plan.num_local_rows
+        traced = self.q.mode == "adaptive"
+        for layer in self._layers():
+            widths = initial_widths(self.q, p, layer, epoch)
+            state[layer] = {**state[layer], **widths_state(widths, p, rows, traced)}
+        return tuple(state)
 
     def _boundary(self, epoch: int) -> bool:
         # One part broadcasts nothing: the widths never change.

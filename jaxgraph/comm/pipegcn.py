@@ -241,7 +241,7 @@ class PipeGCN(CommStrategy):
             for pipe, layout in zip(self.pipe_state(plan, layer_dims), layouts, strict=True)
         )
 
-    def controller(self, plan, layer_dims, *, cost=None):
+    def controller(self, plan, layer_dims, *, cost=None, run=None):
         if self.adaptive:
             return StaleAdaptiveController(self, plan, layer_dims, cost=cost)
         return Controller(self, plan, layer_dims)

@@ -399,7 +399,7 @@ class Quantized(CommStrategy):
             param_dtype=self.param_dtype,
         )
 
-    def controller(self, plan, layer_dims, *, cost=None):
+    def controller(self, plan, layer_dims, *, cost=None, run=None):
         del cost
         if self.bits == "random":
             return RandomWidths(self, plan, layer_dims)

@@ -90,12 +90,12 @@ the unquantized method.
 Local gradient clipping (Sancus, Sec. 5.2.2: clip a worker's gradient ``δ_i`` when
 ``‖δ_i‖_2 > th_i = sqrt(P) th``) comes in two variants:
 
-- **parameters** (``Sancus(local_grad_clip=th)``): the :class:`~jaxgraph.train.Trainer`
+- **parameters** (``Sancus(clip=th)``): the :class:`~jaxgraph.train.Trainer`
   clips each device's gradient with respect to its own copy of the parameters, before the
   sum over devices (inside ``shard_map`` the gradient of replicated parameters arrives
   already summed, so the Trainer differentiates a device-varying copy). This bounds each
   worker's share of the all-reduce of Algorithm 1, line 23.
-- **embeddings** (``Sancus(embedding_grad_clip=th)``; Algorithm 1, line 22,
+- **embeddings** (``Sancus(clip=th, clip_at="embeddings")``; Algorithm 1, line 22,
   ``δ_i^(ℓ) ← GRADIENT_CLIP(δ_i^(ℓ))`` before ``BROADCAST(δ_i^(ℓ))``): at every layer after
   the first, the embedding-gradient message this device sends in the backward pass is
   clipped to L2 norm ``sqrt(P) th`` before it travels. The chapter's backward broadcasts a
@@ -117,11 +117,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.blockwidths import (
     BlockQuantize,
     BlockWidthsController,
-    initial_widths,
-    widths_state,
 )
 from jaxgraph.comm.broadcast import (
     all_blocks_by_broadcast,
@@ -131,10 +130,21 @@ from jaxgraph.comm.broadcast import (
     reduce_halo_to_owners,
     skip_broadcast_blocks,
 )
+from jaxgraph.comm.method import (
+    NUMBER,
+    Method,
+    RunInfo,
+    bits_label,
+    check_int,
+    check_quantize,
+    match_spelling,
+    number_label,
+    parse_bits,
+    parse_bits_or_mode,
+)
 from jaxgraph.comm.qbroadcast import (
     block_bytes,
     block_tree_bytes,
-    check_bits,
     quantized_all_blocks,
     quantized_blocks,
     quantized_broadcast_bytes,
@@ -142,6 +152,8 @@ from jaxgraph.comm.qbroadcast import (
 )
 from jaxgraph.comm.quantized import row_range_variance
 from jaxgraph.comm.strategy import CommStrategy, Controller
+from jaxgraph.configfile import from_dict
+from jaxgraph.options import flag
 from jaxgraph.partition.halo import HaloPlan
 from jaxgraph.partition.shard import GraphShard
 
@@ -299,86 +311,146 @@ def _replace_layer(comm_state, layer, new):
     return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
-def _check_quantize(strategy, *, per_block: bool = False) -> None:
-    if isinstance(strategy.quantize, BlockQuantize):
-        if not per_block:
-            raise ValueError(
-                f"widths per owner block are not supported by {type(strategy).__name__}"
-            )
-        if strategy.quantize_grad is not None:
-            raise ValueError(
-                "quantize_grad applies to a fixed width; block widths choose their own"
-            )
-        return
-    if strategy.quantize is not None:
-        check_bits(strategy.quantize, "quantize")
-    if strategy.quantize_grad is not None:
-        if strategy.quantize is None:
-            raise ValueError("quantize_grad needs quantize (the forward width)")
-        check_bits(strategy.quantize_grad, "quantize_grad")
+_BLOCK_MODES = ("random", "adaptive")
+_GRAD = "(?:g(?P<g>2|4|8|32))?"  # a backward width after the forward one: -q8g4
 
 
-def _widths(strategy) -> tuple[int, int]:
-    """``(forward, backward)`` widths of a quantized broadcast strategy."""
-    q = strategy.quantize
-    return q, q if strategy.quantize_grad is None else strategy.quantize_grad
+def _check_block_widths(owner: str, method) -> None:
+    """``quantize``, ``quantize_grad``, ``period`` and ``assign`` of a block-row method: a
+    fixed width (and its backward width), or widths per owner block (``"random"`` /
+    ``"adaptive"``) with their period and program."""
+    if isinstance(method.assign, dict):
+        object.__setattr__(
+            method, "assign", from_dict(AssignConfig, method.assign, f"{owner}.assign")
+        )
+    check_int(f"{owner}.period", method.period, 0, what=" (0: epochs // 5)")
+    defaults = {f.name: f.default for f in dataclasses.fields(method)}
+    if method.quantize in _BLOCK_MODES:
+        default = AssignConfig()
+        for name in ("group_size", "solver", "lookahead", "time_limit", "mip_gap"):
+            if getattr(method.assign, name) != getattr(default, name):
+                raise ValueError(
+                    f"{owner}.assign.{name} applies to AdaQP's halo program, not to block "
+                    "widths (which take widths, lam and interconnect)"
+                )
+        inert = ("quantize_grad",)
+    else:
+        check_quantize(owner, method.quantize)
+        inert = ("period", "assign")
+    for name in inert:
+        if getattr(method, name, None) != defaults.get(name):
+            which = "a fixed width" if name == "quantize_grad" else "'random' or 'adaptive'"
+            raise ValueError(f"{owner}.{name} applies to quantize={which} only")
+    grad = getattr(method, "quantize_grad", None)
+    if grad is not None:
+        if method.quantize is None:
+            raise ValueError(f"{owner}.quantize_grad needs quantize (the forward width)")
+        if grad not in (2, 4, 8, 32) or isinstance(grad, bool):
+            raise ValueError(f"{owner}.quantize_grad must be none, 2, 4, 8 or 32, got {grad!r}")
 
 
-def _quantize_suffix(strategy) -> str:
-    if strategy.quantize is None:
-        return ""
-    if isinstance(strategy.quantize, BlockQuantize):
-        return f"-q{strategy.quantize.label}"
-    out = f"-q{strategy.quantize}"
-    if strategy.quantize_grad is not None and strategy.quantize_grad != strategy.quantize:
-        out += f"g{strategy.quantize_grad}"
+def _block_width_options(method, fields: tuple[str, ...]) -> tuple[str, ...]:
+    """The fields that take effect under ``method.quantize``."""
+    if method.quantize in _BLOCK_MODES:
+        inert = ("quantize_grad",)
+    elif method.quantize is None:
+        inert = ("period", "assign", "quantize_grad")
+    else:
+        inert = ("period", "assign")
+    return tuple(f for f in fields if f not in inert)
+
+
+def _block_quantize(method, run: RunInfo) -> BlockQuantize:
+    """The widths per owner block of ``method`` in ``run``."""
+    return BlockQuantize(
+        method.quantize,
+        period=run.period(method.period),
+        seed=run.seed,
+        assign=method.assign,
+        norm=run.norm,
+    )
+
+
+def _block_controller(method, plan, layer_dims, cost, run):
+    if method.quantize in _BLOCK_MODES:
+        q = _block_quantize(method, run or RunInfo())
+        return BlockWidthsController(method, plan, layer_dims, q=q, cost=cost)
+    return Controller(method, plan, layer_dims)
+
+
+def _widths(method) -> tuple[int, int]:
+    """``(forward, backward)`` widths of a fixed-width quantized broadcast."""
+    q = method.quantize
+    return q, q if method.quantize_grad is None else method.quantize_grad
+
+
+def _quantize_label(method) -> str:
+    out = bits_label(method.quantize)
+    grad = getattr(method, "quantize_grad", None)
+    if grad is not None and grad != method.quantize:
+        out += f"g{grad}"
     return out
 
 
 @dataclasses.dataclass(frozen=True)
-class CAGNET(CommStrategy):
-    """CAGNET 1D: every block broadcast from its owner at every layer, in both passes.
+class CAGNET(Method, CommStrategy):
+    """1D block-row training: every block broadcast from its owner at every layer, in both
+    passes (CAGNET's 1D algorithm).
 
-    Args:
-      quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8`` broadcasts them
-        stochastically quantized (:mod:`jaxgraph.comm.qbroadcast`); ``32`` takes the same byte
-        path with exact rows. A :class:`~jaxgraph.comm.blockwidths.BlockQuantize`: a width per
-        owner block, layer and direction, random or adaptive, re-decided every period by its
-        controller (every layer, the first included: CAGNET quantizes its data rows too).
-      quantize_grad: the width of the backward gradient reductions (default: ``quantize``).
+    Attributes:
+      quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks and the backward
+        gradient sums travel stochastically quantized at that width
+        (:mod:`jaxgraph.comm.qbroadcast`); ``32``: the same byte path, exact. ``"random"`` or
+        ``"adaptive"``: a width per owner block, layer and direction, as :class:`Sancus`'s
+        (every layer, the first included: CAGNET quantizes its data rows too).
+      quantize_grad: the width of the backward gradient sums under a fixed ``quantize``
+        (default: ``quantize``).
+      period, assign: as :class:`Sancus`'s, for ``quantize="random"`` or ``"adaptive"`` only.
     """
 
-    quantize: int | BlockQuantize | None = None
+    quantize: int | Literal["random", "adaptive"] | None = None
     quantize_grad: int | None = None
+    period: int = flag("--assign-period", 0)
+    assign: AssignConfig = AssignConfig()
 
+    key: ClassVar[str] = "cagnet"
+    spellings: ClassVar[str] = "cagnet[-q<bits>[g<bits>]|-qrandom|-qadaptive]"
     layout: ClassVar[str] = "block"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
+
+    @classmethod
+    def parse(cls, text: str) -> CAGNET | None:
+        g = match_spelling(rf"cagnet(?:-q(?P<q>2|4|8|32|random|adaptive){_GRAD})?", text)
+        return None if g is None else cls(parse_bits_or_mode(g["q"]), parse_bits(g["g"]))
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "cagnet-q<random|adaptive>" if field in ("period", "assign") else cls.key
 
     def __post_init__(self):
-        _check_quantize(self, per_block=True)
+        _check_block_widths("cagnet", self)
+
+    def options(self) -> tuple[str, ...]:
+        return _block_width_options(self, super().options())
+
+    def label(self) -> str:
+        return "cagnet" + _quantize_label(self)
 
     @property
     def name(self) -> str:
-        return "cagnet" + _quantize_suffix(self)
+        return self.label()
 
     def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
         """The layers whose broadcasts are quantized: all of them."""
         return tuple(range(num_layers)) if self.quantize is not None else ()
 
-    def controller(self, plan, layer_dims, *, cost=None):
-        if isinstance(self.quantize, BlockQuantize):
-            return BlockWidthsController(self, plan, layer_dims, cost=cost)
-        return Controller(self, plan, layer_dims)
+    def controller(self, plan, layer_dims, *, cost=None, run=None):
+        return _block_controller(self, plan, layer_dims, cost, run)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "CAGNET")
-        q = self.quantize
-        if not isinstance(q, BlockQuantize):
-            return {}
-        p, b = plan.num_parts, plan.num_local_rows
-        return tuple(
-            widths_state(initial_widths(q, p, layer, epoch), p, b, q.mode == "adaptive")
-            for layer in range(len(layer_dims))
-        )
+        # Widths per block: a state per layer, which the controller fills with the widths.
+        return tuple({} for _ in layer_dims) if self.quantize in _BLOCK_MODES else {}
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -393,7 +465,7 @@ class CAGNET(CommStrategy):
             return halo, comm_state, jnp.float32(passes * total)
         if key is None:
             raise ValueError("a quantized broadcast needs a PRNG key")
-        per_block = isinstance(self.quantize, BlockQuantize)
+        per_block = self.quantize in _BLOCK_MODES
         st = comm_state[layer] if per_block else {}
         bits, grad_bits = (st["widths"].fwd, st["widths"].bwd) if per_block else _widths(self)
         halo, _ = quantized_blocks(
@@ -453,64 +525,154 @@ def _absorb_block_traces(comm_state, probe_grads):
     return tuple(out)
 
 
-@dataclasses.dataclass(frozen=True)
-class Sancus(CommStrategy):
-    """Skip-broadcast of historical embedding blocks under a staleness policy.
+_POLICY_LETTER = {"epoch": "e", "adaptive": "a", "gap": "h"}
 
-    Args:
-      policy: the :class:`StalenessPolicy` of the layers after the first.
-      local_grad_clip: the base threshold ``th`` of local gradient clipping of the parameter
-        gradients (each device's gradient w.r.t. its copy of the parameters is clipped to L2
-        norm ``sqrt(P) th``), or ``None``; applied by the Trainer (see the module docstring).
-      embedding_grad_clip: the base threshold ``th`` of Algorithm 1's clipping of the
-        embedding-gradient message each device sends at every layer after the first (L2
-        norm ``sqrt(P) th``), or ``None``; applied inside the exchange.
-      quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8``: the blocks of the layers
-        after the first are broadcast stochastically quantized
-        (:mod:`jaxgraph.comm.qbroadcast`), and the cache, the owner's last-sent copy and the
-        Δ_H gap hold what the receivers decoded; ``32`` takes the same byte path exactly. The
-        first layer's rows (data) stay exact, under the first layer's rule.
-        A :class:`~jaxgraph.comm.blockwidths.BlockQuantize`: a width per owner block and
-        layer, random or adaptive, re-decided every period by its controller.
-      quantize_grad: the width of the backward gradient reductions (default: ``quantize``).
+
+@dataclasses.dataclass(frozen=True)
+class Sancus(Method, CommStrategy):
+    """Skip-broadcast of historical embedding blocks under a staleness bound, with local
+    gradient clipping.
+
+    Attributes:
+      policy: ``"epoch"`` (Δ_E: a block is re-broadcast when its copy is ``bound`` epochs
+        old), ``"adaptive"`` (Δ_A) or ``"gap"`` (Δ_H: when the mean absolute difference to
+        the last broadcast exceeds ``bound``); :class:`StalenessPolicy`.
+      bound: Δ; whole epochs for ``epoch``/``adaptive``; ``math.inf`` never re-broadcasts.
+      warmup: epochs ``1..warmup`` broadcast every block.
+      clip: local gradient clipping threshold ``th`` (an L2 norm of ``sqrt(P) th`` per
+        device), or ``None``.
+      clip_at: what is clipped: ``"parameters"`` (each device's parameter-gradient partial
+        before the all-reduce, applied by the Trainer) or ``"embeddings"`` (Algorithm 1,
+        line 22: the embedding-gradient message each device sends at every layer after the
+        first, inside the exchange); module docstring.
+      quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks of the layers after
+        the first and the backward gradient sums travel stochastically quantized, and the
+        caches hold what the receivers decoded; ``32``: the same byte path, exact. The first
+        layer's rows (data) stay exact, under the first layer's rule. ``"random"`` or
+        ``"adaptive"``: a width per owner block and layer in each direction, drawn or chosen
+        by AdaQP's bi-objective every ``period`` epochs (:mod:`jaxgraph.comm.blockwidths`).
+      quantize_grad: the width of the backward gradient sums under a fixed ``quantize``
+        (default: ``quantize``).
+      period: epochs per width assignment of ``"random"`` / ``"adaptive"`` (0: epochs // 5).
+      assign: the candidate widths, ``lam`` and ``interconnect`` of those assignments (the
+        other fields of :class:`AssignConfig` belong to the halo program and must keep their
+        defaults).
+
+    ``period`` and ``assign`` apply to ``quantize="random"`` or ``"adaptive"`` only.
     """
 
-    policy: StalenessPolicy
-    local_grad_clip: float | None = None
-    embedding_grad_clip: float | None = None
-    quantize: int | BlockQuantize | None = None
+    policy: PolicyKind = "epoch"
+    bound: float = 1
+    warmup: int = 50
+    clip: float | None = None
+    clip_at: Literal["parameters", "embeddings"] = "parameters"
+    quantize: int | Literal["random", "adaptive"] | None = None
     quantize_grad: int | None = None
+    period: int = flag("--assign-period", 0)
+    assign: AssignConfig = AssignConfig()
 
+    key: ClassVar[str] = "sancus"
+    spellings: ClassVar[str] = (
+        "sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>] "
+        "(e.g. sancus-e1, sancus-h0.04)"
+    )
     layout: ClassVar[str] = "block"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
+
+    @classmethod
+    def parse(cls, text: str) -> Sancus | None:
+        """``sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>]``: ``e``
+        epochs, ``a`` adaptive, ``h`` mean absolute gap; ``-clip`` clips parameter gradients,
+        ``-eclip`` the embedding-gradient messages."""
+        g = match_spelling(
+            rf"sancus-(?P<kind>[eah])(?P<bound>{NUMBER})(?:-w(?P<warmup>\d+))?"
+            rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32|random|adaptive){_GRAD})?",
+            text,
+        )
+        if g is None:
+            return None
+        return cls(
+            {"e": "epoch", "a": "adaptive", "h": "gap"}[g["kind"]],
+            float(g["bound"]),
+            50 if g["warmup"] is None else int(g["warmup"]),
+            None if g["clip"] is None else float(g["clip"]),
+            "embeddings" if g["at"] else "parameters",
+            parse_bits_or_mode(g["q"]),
+            parse_bits(g["g"]),
+        )
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "sancus-<...>-q<random|adaptive>" if field in ("period", "assign") else cls.key
 
     def __post_init__(self):
-        _check_quantize(self, per_block=True)
+        if self.policy not in _POLICY_LETTER:
+            raise ValueError(
+                f"sancus.policy must be one of {tuple(_POLICY_LETTER)}, got {self.policy!r}"
+            )
+        if isinstance(self.bound, str) and self.bound == "inf":
+            object.__setattr__(self, "bound", math.inf)
+        if not (isinstance(self.bound, int | float) and self.bound >= 0):
+            raise ValueError(f"sancus.bound must be a number >= 0 (or inf), got {self.bound!r}")
+        if self.policy != "gap" and not math.isinf(self.bound) and self.bound != int(self.bound):
+            raise ValueError(
+                f"sancus.bound of policy {self.policy!r} is whole epochs, got {self.bound!r}"
+            )
+        check_int("sancus.warmup", self.warmup, 0)
+        if self.clip is not None and not (
+            isinstance(self.clip, int | float) and 0 < self.clip < math.inf
+        ):
+            raise ValueError(f"sancus.clip must be a positive number or none, got {self.clip!r}")
+        if self.clip_at not in ("parameters", "embeddings"):
+            raise ValueError(
+                f"sancus.clip_at must be one of ('parameters', 'embeddings'), got {self.clip_at!r}"
+            )
+        if self.clip_at != "parameters" and self.clip is None:
+            raise ValueError("sancus.clip_at applies only with a clipping threshold (sancus.clip)")
+        _check_block_widths("sancus", self)
+
+    def options(self) -> tuple[str, ...]:
+        return _block_width_options(self, super().options())
+
+    def label(self) -> str:
+        text = f"sancus-{_POLICY_LETTER[self.policy]}{number_label(self.bound)}"
+        if self.warmup != 50:
+            text += f"-w{self.warmup}"
+        if self.clip is not None:
+            prefix = "e" if self.clip_at == "embeddings" else ""
+            text += f"-{prefix}clip{number_label(self.clip)}"
+        return text + _quantize_label(self)
+
+    @property
+    def name(self) -> str:
+        return self.label()
+
+    @property
+    def staleness(self) -> StalenessPolicy:
+        """The :class:`StalenessPolicy` of the layers after the first."""
+        return StalenessPolicy(self.policy, self.bound, self.warmup)
+
+    @property
+    def local_grad_clip(self) -> float | None:
+        """The threshold the Trainer clips each device's parameter gradient at, or None."""
+        return self.clip if self.clip_at == "parameters" else None
+
+    @property
+    def embedding_grad_clip(self) -> float | None:
+        """The threshold of the embedding-gradient messages (Algorithm 1, line 22), or None."""
+        return self.clip if self.clip_at == "embeddings" else None
 
     def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
         """The layers whose broadcasts are quantized: every one after the first (data)."""
         return tuple(range(1, num_layers)) if self.quantize is not None else ()
 
-    def controller(self, plan, layer_dims, *, cost=None):
-        if isinstance(self.quantize, BlockQuantize):
-            return BlockWidthsController(self, plan, layer_dims, cost=cost)
-        return Controller(self, plan, layer_dims)
-
-    @property
-    def name(self) -> str:
-        p = self.policy
-        bound = "inf" if math.isinf(p.bound) else f"{p.bound:g}"
-        letter = {"epoch": "e", "adaptive": "a", "gap": "h"}[p.kind]
-        out = f"sancus-{letter}{bound}-w{p.warmup}"
-        if self.local_grad_clip is not None:
-            out += f"-clip{self.local_grad_clip:g}"
-        if self.embedding_grad_clip is not None:
-            out += f"-eclip{self.embedding_grad_clip:g}"
-        return out + _quantize_suffix(self)
+    def controller(self, plan, layer_dims, *, cost=None, run=None):
+        return _block_controller(self, plan, layer_dims, cost, run)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "Sancus")
         p, b = plan.num_parts, plan.num_local_rows
-        state = [
+        return tuple(
             {
                 "cache": np.zeros((p, p - 1, b, f), np.float32),
                 "tags": np.full((p, p - 1), -1, np.int32),
@@ -519,13 +681,7 @@ class Sancus(CommStrategy):
                 "count": np.full(p, epoch, np.int32),
             }
             for f in layer_dims
-        ]
-        q = self.quantize
-        if isinstance(q, BlockQuantize):
-            for layer in self.quantized_layers(len(layer_dims)):
-                widths = initial_widths(q, p, layer, epoch)
-                state[layer].update(widths_state(widths, p, b, q.mode == "adaptive"))
-        return tuple(state)
+        )
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -570,7 +726,7 @@ class Sancus(CommStrategy):
             rows, cols, diag = _tag_index(p)
             tag_matrix = jnp.where(diag, NOT_READ, table[:, _REPORT:][rows, cols])  # [i, j]
             active = decide(
-                self.policy,
+                self.staleness,
                 epoch=epoch,
                 sent_version=sent_version,
                 tags=tag_matrix,
@@ -686,7 +842,7 @@ def _gradient_skip_exchange(
 
 
 @dataclasses.dataclass(frozen=True)
-class SkipG(CommStrategy):
+class SkipG(Method, CommStrategy):
     """Bounded gradient staleness on the block-row layout (the SkipG baseline).
 
     Every block is broadcast in the forward pass, as in CAGNET. In the backward pass the
@@ -704,13 +860,12 @@ class SkipG(CommStrategy):
     per layer after the first. Layer 0 (data input) has no backward pass; its state is the
     counter only.
 
-    Args:
+    Attributes:
       bound: Δ, whole epochs (``math.inf``: never reduce again after the warm-up).
       warmup: epochs ``1..warmup`` reduce every block.
-      quantize: ``None`` broadcasts fp32 blocks; ``2``, ``4``, ``8`` broadcasts them, and
-        runs the reductions that are not skipped, stochastically quantized
-        (:mod:`jaxgraph.comm.qbroadcast`); the cached gradient is the decoded sum. ``32``
-        takes the same byte path with exact rows.
+      quantize: ``None`` (fp32), or ``2``, ``4``, ``8``: the broadcasts, and the reductions
+        that run, travel stochastically quantized (:mod:`jaxgraph.comm.qbroadcast`); the
+        cached gradient is the decoded sum. ``32``: the same byte path, exact.
       quantize_grad: the width of the backward reductions (default: ``quantize``).
     """
 
@@ -719,18 +874,56 @@ class SkipG(CommStrategy):
     quantize: int | None = None
     quantize_grad: int | None = None
 
+    key: ClassVar[str] = "skipg"
+    spellings: ClassVar[str] = "skipg[-<bound>][-w<warmup>][-q<bits>[g<bits>]]"
     layout: ClassVar[str] = "block"
 
+    @classmethod
+    def parse(cls, text: str) -> SkipG | None:
+        g = match_spelling(
+            rf"skipg(?:-(?P<bound>inf|\d+))?(?:-w(?P<warmup>\d+))?(?:-q(?P<q>2|4|8|32){_GRAD})?",
+            text,
+        )
+        if g is None:
+            return None
+        bound = 1 if g["bound"] is None else float(g["bound"])
+        warmup = 50 if g["warmup"] is None else int(g["warmup"])
+        return cls(bound, warmup, parse_bits(g["q"]), parse_bits(g["g"]))
+
     def __post_init__(self):
-        StalenessPolicy("epoch", self.bound, self.warmup)  # validates
-        if not math.isinf(self.bound) and self.bound != int(self.bound):
-            raise ValueError(f"the SkipG bound must be a whole number of epochs, got {self.bound}")
-        _check_quantize(self)
+        if isinstance(self.bound, str) and self.bound == "inf":
+            object.__setattr__(self, "bound", math.inf)
+        if not (
+            isinstance(self.bound, int | float)
+            and self.bound >= 0
+            and (math.isinf(self.bound) or self.bound == int(self.bound))
+        ):
+            raise ValueError(f"skipg.bound must be whole epochs >= 0 (or inf), got {self.bound!r}")
+        check_int("skipg.warmup", self.warmup, 0)
+        check_quantize("skipg", self.quantize)
+        if self.quantize_grad is not None:
+            if self.quantize is None:
+                raise ValueError("skipg.quantize_grad needs quantize (the forward width)")
+            if self.quantize_grad not in (2, 4, 8, 32) or isinstance(self.quantize_grad, bool):
+                raise ValueError(
+                    f"skipg.quantize_grad must be none, 2, 4, 8 or 32, got {self.quantize_grad!r}"
+                )
+
+    def options(self) -> tuple[str, ...]:
+        fields = super().options()
+        return fields if self.quantize is not None else fields[:-1]
+
+    def label(self) -> str:
+        text = "skipg"
+        if self.bound != 1:
+            text += f"-{number_label(self.bound)}"
+        if self.warmup != 50:
+            text += f"-w{self.warmup}"
+        return text + _quantize_label(self)
 
     @property
     def name(self) -> str:
-        bound = "inf" if math.isinf(self.bound) else f"{int(self.bound)}"
-        return f"skipg-{bound}-w{self.warmup}" + _quantize_suffix(self)
+        return self.label()
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         _check_block_plan(plan, "SkipG")

@@ -57,7 +57,9 @@ class CommStrategy(abc.ABC):
         del plan, layer_dims, epoch
         return {}
 
-    def controller(self, plan: HaloPlan, layer_dims: tuple[int, ...], *, cost=None) -> Controller:
+    def controller(
+        self, plan: HaloPlan, layer_dims: tuple[int, ...], *, cost=None, run=None
+    ) -> Controller:
         """The host half of this strategy, bound to one run's plan and layer widths.
 
         Args:
@@ -65,8 +67,10 @@ class CommStrategy(abc.ABC):
           layer_dims: the width of the rows each layer exchanges.
           cost: a :class:`~jaxgraph.comm.costmodel.CostModel` measured on the run's mesh, for
             controllers that decide from one (AdaQP); ``None``: their configured preset.
+          run: the run's :class:`~jaxgraph.comm.method.RunInfo` (length, seed, model), for
+            controllers that depend on it (periods, random draws); ``None``: its defaults.
         """
-        del cost
+        del cost, run
         return Controller(self, plan, layer_dims)
 
     def probes(self, comm_state: CommState, num_layers: int):

@@ -32,7 +32,7 @@ from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.shard import GraphShard
 from jaxgraph.train.config import OptimConfig, TrainConfig
-from jaxgraph.train.methods import AdaQP, Method, parse_method
+from jaxgraph.train.methods import AdaQP, Method, RunInfo, parse_method
 from jaxgraph.train.state import Trainer, TrainState
 
 
@@ -98,6 +98,7 @@ def assemble_run(
     optimizer: optax.GradientTransformation | None = None,
     split: bool = True,
     cost=None,
+    run: RunInfo | None = None,
     **trainer_kw,
 ) -> Run:
     """A :class:`Run` from parts made by hand.
@@ -111,6 +112,8 @@ def assemble_run(
       split: shards with the central/marginal edge split (:meth:`GraphShard.from_plan`).
       cost: a cost model measured on the mesh, for the controller
         (:meth:`CommStrategy.controller`).
+      run: the run's length, seed and model, for the controller (default: 200 epochs,
+        ``seed``, GCN).
       trainer_kw: further :class:`Trainer` arguments (``local_grad_clip`` defaults to the
         strategy's).
     """
@@ -125,7 +128,8 @@ def assemble_run(
         **trainer_kw,
     )
     shards = trainer.place_shards(GraphShard.from_plan(graph, plan, split=split))
-    controller = strategy.controller(plan, model.layer_input_dims(graph.num_features), cost=cost)
+    dims = model.layer_input_dims(graph.num_features)
+    controller = strategy.controller(plan, dims, cost=cost, run=run or RunInfo(seed=seed))
     state = trainer.create_state(jax.random.key(seed), graph.num_features, controller.init_state())
     return Run(graph, plan, strategy, controller, model, trainer, shards, state)
 
@@ -181,4 +185,5 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
         seed=config.seed,
         optimizer=make_optimizer(config.optim),
         cost=cost,
+        run=RunInfo(config.epochs, config.seed, config.model.name),
     )

@@ -19,13 +19,19 @@ from jaxgraph.comm.blockwidths import (
     tree_seconds,
 )
 from jaxgraph.comm.costmodel import CostModel
-from jaxgraph.comm.stale import CAGNET, Sancus, StalenessPolicy
+from jaxgraph.comm.method import RunInfo
+from jaxgraph.comm.stale import CAGNET, Sancus
+from jaxgraph.partition import partition_graph
+from jaxgraph.partition.blockhalo import build_block_halo_plan
 from jaxgraph.train import TrainConfig, train
-from jaxgraph.train.methods import CAGNET as CAGNETMethod
-from jaxgraph.train.methods import Sancus as SancusMethod
 from jaxgraph.train.methods import parse_method
 
-POLICY = StalenessPolicy("epoch", 1, warmup=2)
+POLICY = dict(policy="epoch", bound=1, warmup=2)
+
+
+def _plan(num_parts):
+    parts = partition_graph(GRAPH, num_parts, method="metis", seed=0)
+    return build_block_halo_plan(GRAPH, parts, num_parts=num_parts)
 
 
 def _objective(weights, seconds, candidates, lam, pick):
@@ -102,9 +108,9 @@ def _steps(strategy, num_parts, epochs):
 def test_one_candidate_width_is_the_fixed_width_bit_for_bit():
     """Random widths over the single candidate 4 put every block at 4 bits: the run is the
     fixed-width Sancus-q4 run, losses, bytes and parameters bit for bit."""
-    q = BlockQuantize("random", period=2, assign=AssignConfig(widths=(4,)))
-    per_block, state_b, _ = _steps(Sancus(POLICY, quantize=q), 4, 5)
-    fixed, state_f, _ = _steps(Sancus(POLICY, quantize=4), 4, 5)
+    q = dict(quantize="random", period=2, assign=AssignConfig(widths=(4,)))
+    per_block, state_b, _ = _steps(Sancus(**POLICY, **q), 4, 5)
+    fixed, state_f, _ = _steps(Sancus(**POLICY, quantize=4), 4, 5)
     assert per_block == fixed
     for a, b in zip(jax.tree.leaves(state_b.params), jax.tree.leaves(state_f.params), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -113,8 +119,8 @@ def test_one_candidate_width_is_the_fixed_width_bit_for_bit():
 def test_cagnet_one_candidate_width_is_the_fixed_width_bit_for_bit():
     """CAGNET with widths per block over the single candidate 4: the fixed-width CAGNET-q4
     run, losses, bytes and parameters bit for bit (every layer, the first included)."""
-    q = BlockQuantize("random", period=2, assign=AssignConfig(widths=(4,)))
-    per_block, state_b, _ = _steps(CAGNET(quantize=q), 4, 5)
+    q = dict(quantize="random", period=2, assign=AssignConfig(widths=(4,)))
+    per_block, state_b, _ = _steps(CAGNET(**q), 4, 5)
     fixed, state_f, _ = _steps(CAGNET(quantize=4), 4, 5)
     assert per_block == fixed
     for a, b in zip(jax.tree.leaves(state_b.params), jax.tree.leaves(state_f.params), strict=True):
@@ -126,8 +132,8 @@ def test_adaptive_cagnet_widths_follow_the_traces():
     period, lam 1 keeps every block of both layers at 8 bits and lam 0 drops them to 2, and
     fewer bytes move."""
     for lam, expect in ((1.0, {8}), (0.0, {2})):
-        q = BlockQuantize("adaptive", period=2, assign=AssignConfig(lam=lam))
-        out, state, controller = _steps(CAGNET(quantize=q), 4, 3)
+        q = dict(quantize="adaptive", period=2, assign=AssignConfig(lam=lam))
+        out, state, controller = _steps(CAGNET(**q), 4, 3)
         for layer in (0, 1):
             assert set(state.comm_state[layer]["widths"].fwd) == expect
         assert set(state.comm_state[1]["widths"].bwd) == expect
@@ -139,8 +145,8 @@ def test_adaptive_cagnet_widths_follow_the_traces():
 def test_one_part_keeps_its_widths_and_moves_nothing(strategy):
     """On one part nothing is broadcast: the boundary installs nothing (there is no remote
     receiver to weigh a block by) and no byte moves."""
-    q = BlockQuantize("adaptive", period=2)
-    exchange = CAGNET(quantize=q) if strategy == "cagnet" else Sancus(POLICY, quantize=q)
+    q = dict(quantize="adaptive", period=2)
+    exchange = CAGNET(**q) if strategy == "cagnet" else Sancus(**POLICY, **q)
     out, _, controller = _steps(exchange, 1, 3)
     assert [sent for _, sent in out] == [0.0] * 3 and controller.last_update is None
 
@@ -149,11 +155,10 @@ def test_random_widths_follow_the_period_and_are_known_ahead():
     """Widths change at each period boundary only, the controller announces them (with the
     epoch they start) before they are installed, and a state rebuilt for a later epoch (what
     a checkpoint restores into) holds the widths the run reached."""
-    q = BlockQuantize("random", period=2, seed=5)
-    strategy = Sancus(POLICY, quantize=q)
-    plan, trainer, shards, state = _setup(strategy, GRAPH, 4)
+    strategy = Sancus(**POLICY, quantize="random", period=2)
+    plan, trainer, shards, state = _setup(strategy, GRAPH, 4, run=RunInfo(seed=5))
     dims = tuple(state.comm_state[layer]["cache"].shape[-1] for layer in range(2))
-    controller = strategy.controller(plan, dims)
+    controller = strategy.controller(plan, dims, run=RunInfo(seed=5))
     seen = []
     for epoch in range(1, 8):
         ahead = controller.upcoming(state.comm_state, epoch=epoch - 1) if epoch > 1 else None
@@ -163,7 +168,7 @@ def test_random_widths_follow_the_period_and_are_known_ahead():
             assert ahead[0] == epoch and ahead[1][1]["widths"] == new[1]["widths"]
             state = state.replace(comm_state=trainer.place_comm_state(new))
         seen.append(state.comm_state[1]["widths"])
-        rebuilt = strategy.init_state(plan, dims, epoch=epoch)
+        rebuilt = controller.init_state(epoch=epoch)
         assert rebuilt[1]["widths"] == seen[-1]
         state, _ = trainer.train_step(state, shards)
     assert len(set(seen)) > 1  # the draws differ between periods
@@ -175,8 +180,8 @@ def test_adaptive_widths_follow_the_traces():
     returns to 8 bits, at lam 0 every block drops to the narrowest width, and the log holds
     the widths and the projected time per direction."""
     for lam, expect in ((1.0, {8}), (0.0, {2})):
-        q = BlockQuantize("adaptive", period=2, assign=AssignConfig(lam=lam))
-        _, state, controller = _steps(Sancus(POLICY, quantize=q), 4, 3)
+        q = dict(quantize="adaptive", period=2, assign=AssignConfig(lam=lam))
+        _, state, controller = _steps(Sancus(**POLICY, **q), 4, 3)
         widths = state.comm_state[1]["widths"]
         assert set(widths.fwd) == set(widths.bwd) == expect
         log = controller.log(3)
@@ -189,7 +194,7 @@ def test_adaptive_widths_follow_the_traces():
 def test_adaptive_sancus_resumes_exactly(tmp_path):
     """A run resumed from a checkpoint taken after a re-assignment logs the metrics of the
     uninterrupted run (widths restored from the checkpoint)."""
-    method = SancusMethod(warmup=2, quantize="adaptive", period=3, assign=AssignConfig(lam=0.3))
+    method = Sancus(warmup=2, quantize="adaptive", period=3, assign=AssignConfig(lam=0.3))
     cfg = TrainConfig(parts=2, method=method, epochs=6, progress=False)
     cfg = cfg.replace(model=cfg.model.__class__(hidden=8, dropout=0.0))
     train(cfg.replace(workdir=str(tmp_path / "full")), graph=GRAPH)
@@ -207,14 +212,15 @@ def test_adaptive_sancus_resumes_exactly(tmp_path):
 
 def test_spellings_configs_and_flags(capsys):
     method = parse_method("sancus-e1-qadaptive")
-    assert method == SancusMethod(quantize="adaptive") and method.label() == "sancus-e1-qadaptive"
+    assert method == Sancus(quantize="adaptive") and method.label() == "sancus-e1-qadaptive"
     assert parse_method("sancus-h0.04-w20-qrandom").quantize == "random"
-    exchange = SancusMethod(quantize="random", period=4).strategy(epochs=100, seed=3)
-    assert exchange.quantize == BlockQuantize("random", period=4, seed=3)
+    method = Sancus(quantize="random", period=4)
+    controller = method.controller(_plan(4), (8, 8), run=RunInfo(epochs=100, seed=3))
+    assert controller.q == BlockQuantize("random", period=4, seed=3)
     with pytest.raises(ValueError, match="sancus.period applies to quantize='random'"):
-        SancusMethod(quantize=4, period=4)
+        Sancus(quantize=4, period=4)
     with pytest.raises(ValueError, match="sancus.assign.group_size applies to AdaQP"):
-        SancusMethod(quantize="adaptive", assign=AssignConfig(group_size=7))
+        Sancus(quantize="adaptive", assign=AssignConfig(group_size=7))
     argv = ["train", "--dataset", "nope", "--method", "sancus-e1"]
     assert main([*argv, "--lam", "0.3"]) == 2
     takers = (
@@ -224,11 +230,13 @@ def test_spellings_configs_and_flags(capsys):
     assert main([*argv, "--quantize", "adaptive", "--lam", "0.3", "--assign-period", "5"]) == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err  # the options were taken
     method = parse_method("cagnet-qrandom")
-    assert method == CAGNETMethod(quantize="random") and method.label() == "cagnet-qrandom"
-    exchange = CAGNETMethod(quantize="adaptive", period=4).strategy(epochs=100, seed=3)
-    assert exchange.quantize == BlockQuantize("adaptive", period=4, seed=3)
+    assert method == CAGNET(quantize="random") and method.label() == "cagnet-qrandom"
+    method = CAGNET(quantize="adaptive", period=0)
+    run = RunInfo(epochs=100, seed=3, model="sage")  # period 0: epochs // 5
+    controller = method.controller(_plan(4), (8, 8), run=run)
+    assert controller.q == BlockQuantize("adaptive", period=20, seed=3, norm="mean")
     with pytest.raises(ValueError, match="cagnet.period applies to quantize='random'"):
-        CAGNETMethod(quantize=4, period=4)
+        CAGNET(quantize=4, period=4)
     argv = ["train", "--dataset", "nope", "--method", "cagnet", "--quantize", "adaptive"]
     assert main([*argv, "--assign-period", "5"]) == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err

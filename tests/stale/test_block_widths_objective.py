@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 from jaxgraph.comm.adaptive import AssignConfig
-from jaxgraph.comm.blockwidths import BlockQuantize
 from jaxgraph.comm.costmodel import CostModel
 from jaxgraph.comm.stale import CAGNET
 from jaxgraph.partition.blockhalo import build_block_halo_plan
@@ -144,10 +143,9 @@ def _expected(graph, plan, cost, traces, dims, lam, squares=True):
 
 
 def _solve(plan, cost, traces, dims, lam):
-    q = BlockQuantize("adaptive", period=2, assign=AssignConfig(lam=lam))
-    exchange = CAGNET(quantize=q)
+    exchange = CAGNET(quantize="adaptive", period=2, assign=AssignConfig(lam=lam))
     controller = exchange.controller(plan, dims, cost=cost)
-    state = exchange.init_state(plan, dims)
+    state = controller.init_state()
     # The traces as the step leaves them: device arrays.
     traced = [{k: jnp.asarray(v) for k, v in t.items()} for t in traces]
     state = tuple({**s, "trace": t} for s, t in zip(state, traced, strict=True))

@@ -19,7 +19,6 @@ from jaxgraph.comm.stale import (
     CAGNET,
     Sancus,
     SkipG,
-    StalenessPolicy,
     decision_bytes,
     table_bytes,
 )
@@ -44,7 +43,7 @@ def _run(strategy, num_parts, steps=STEPS, dropout=0.0):
     "make",
     [
         lambda q: CAGNET(quantize=q),
-        lambda q: Sancus(StalenessPolicy("epoch", 1, warmup=1), quantize=q),
+        lambda q: Sancus("epoch", 1, 1, quantize=q),
         lambda q: SkipG(1, warmup=1, quantize=q),
     ],
     ids=["cagnet", "sancus", "skipg"],
@@ -173,7 +172,7 @@ def test_sancus_caches_hold_the_decoded_blocks_and_skips_cost_nothing():
     the quantized blocks' (layer 1 broadcast at epochs 1 and 3 only; the first layer's
     features exact, once)."""
     num_parts, bits = 4, 4
-    strategy = Sancus(StalenessPolicy("epoch", 1, warmup=1), quantize=bits)
+    strategy = Sancus("epoch", 1, 1, quantize=bits)
     plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
     sent = []
     for _ in range(3):
@@ -224,13 +223,16 @@ def test_spellings_and_widths():
     assert parse_method("cagnet-q4").strategy(epochs=10).quantize == 4
     sancus = parse_method("sancus-h0.04-eclip1-q8").strategy(epochs=10)
     assert (sancus.quantize, sancus.embedding_grad_clip) == (8, 1.0)
-    assert sancus.name == "sancus-h0.04-w50-eclip1-q8"
-    with pytest.raises(ValueError, match="quantize must be 2, 4, 8 or 32, got 3"):
+    assert sancus.name == "sancus-h0.04-eclip1-q8"
+    with pytest.raises(ValueError, match="cagnet.quantize must be none, 2, 4, 8 or 32"):
         CAGNET(quantize=3)
     with pytest.raises(ValueError, match="quantize_grad needs quantize"):
         CAGNET(quantize_grad=4)
+    with pytest.raises(ValueError, match="sancus.quantize_grad applies to quantize=a fixed"):
+        Sancus(quantize="adaptive", quantize_grad=4)
     assert CAGNET(quantize=8, quantize_grad=4).name == "cagnet-q8g4"
-    assert parse_method("skipg-q2").strategy(epochs=10).name == "skipg-1-w50-q2"
+    assert parse_method("cagnet-q8g4") == CAGNET(quantize=8, quantize_grad=4)
+    assert parse_method("skipg-q2").strategy(epochs=10).name == "skipg-q2"
 
 
 def test_widths_per_owner_are_unbiased_and_equal_widths_are_the_single_width_path():

@@ -18,7 +18,6 @@ from jaxgraph.comm.stale import (
     CAGNET,
     Sancus,
     SkipG,
-    StalenessPolicy,
     decision_bytes,
     table_bytes,
 )
@@ -135,7 +134,7 @@ def _layer_bytes(plan, dims, num_parts):
 def test_sancus_never_stale_trains_like_the_oracle(num_parts):
     """Δ_E = 0 without warm-up: three Adam steps equal three steps on the oracle loss. The
     first layer's features are sent at epoch 1 only (they never change), exactly."""
-    strategy = Sancus(StalenessPolicy("epoch", 0, warmup=0))
+    strategy = Sancus("epoch", 0, 0)
     plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
     _, _, ref_losses, ref_params = _oracle_steps()
     sent = []
@@ -198,7 +197,7 @@ def test_sancus_reading_cached_blocks_equals_the_dense_stale_oracle():
     those rows, ``Â_crossᵀ dZ_1``, delivered to the owners' current rows; the receivers'
     caches hold the dense ``H_1`` of the broadcasting epoch."""
     num_parts = 4
-    strategy = Sancus(StalenessPolicy("epoch", 1, warmup=1))
+    strategy = Sancus("epoch", 1, 1)
     plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
     parts, cached = plan.parts, None
     for epoch in range(1, 5):
@@ -232,8 +231,8 @@ def test_embedding_gradient_clipping_clips_each_devices_message():
     clips the larger half of the four messages only; a threshold no message reaches changes
     nothing, bit for bit."""
     num_parts = 4
-    policy = StalenessPolicy("epoch", 0, warmup=0)  # never stale: clipping is the only change
-    plan, trainer, shards, state = _setup(Sancus(policy), GRAPH, num_parts)
+    policy = dict(policy="epoch", bound=0, warmup=0)  # never stale: clipping is the only change
+    plan, trainer, shards, state = _setup(Sancus(**policy), GRAPH, num_parts)
     params = jax.device_get(state.params)
     _, _, _, dz1 = stale_gcn(params, GRAPH, plan.parts)
     _, a_cross = split_adjacency(GRAPH, plan.parts)
@@ -253,13 +252,14 @@ def test_embedding_gradient_clipping_clips_each_devices_message():
     full, clipped = full_grads["conv0"]["kernel"], ref_grads["conv0"]["kernel"]
     assert np.abs(clipped - full).max() > 0.05 * np.abs(full).max()
 
-    clip = Sancus(policy, embedding_grad_clip=limit / math.sqrt(num_parts))
+    clip = Sancus(**policy, clip=limit / math.sqrt(num_parts), clip_at="embeddings")
     _, trainer, shards, state = _setup(clip, GRAPH, num_parts)
     loss, grads = trainer.loss_and_grads(state, shards)
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=RTOL, atol=ATOL)
     _assert_tree_close(grads, ref_grads)
 
-    _, trainer, shards, state = _setup(Sancus(policy, embedding_grad_clip=1e30), GRAPH, num_parts)
+    never = Sancus(**policy, clip=1e30, clip_at="embeddings")
+    _, trainer, shards, state = _setup(never, GRAPH, num_parts)
     for a, b in zip(
         jax.tree.leaves(jax.device_get(trainer.loss_and_grads(state, shards)[1])),
         jax.tree.leaves(unclipped),
@@ -281,7 +281,7 @@ def _check_consistent(comm_state, num_parts):
 
 def test_infinite_bound_freezes_blocks_after_warmup():
     num_parts, warmup = 4, 2
-    strategy = Sancus(StalenessPolicy("adaptive", math.inf, warmup=warmup))
+    strategy = Sancus("adaptive", math.inf, warmup)
     plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts)
     for _ in range(warmup):
         state, _ = trainer.train_step(state, shards)
@@ -306,7 +306,7 @@ def test_skipped_broadcasts_keep_caches_consistent_and_cost_nothing():
     """Δ_E = 1 with input dropout: the first layer's rows change every epoch and are re-sent
     (exact); layer 1 is broadcast every other epoch; skipped epochs move 0 broadcast bytes."""
     num_parts = 4
-    strategy = Sancus(StalenessPolicy("epoch", 1, warmup=1))
+    strategy = Sancus("epoch", 1, 1)
     plan, trainer, shards, state = _setup(strategy, GRAPH, num_parts, dropout=0.5)
     fwd0, fwd1 = _layer_bytes(plan, (GRAPH.num_features, HIDDEN), num_parts)
     fixed = fwd0 + fwd1 + 2 * num_parts * decision_bytes(num_parts)  # layer 0 fwd, layer 1 bwd

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.stale import StalenessPolicy
 from jaxgraph.train import (
     CAGNET,
     AdaQP,
@@ -166,11 +167,13 @@ def test_a_method_builds_the_strategy_it_describes():
     rand = make_strategy(Quantized("random", widths=(2, 4), period=7, chunks=1), epochs=50)
     assert (rand.bits, rand.widths, rand.period, rand.chunks) == ("random", (2, 4), 7, 1)
     sancus = make_strategy("sancus-h0.04-w20-clip1.5", epochs=50)
-    assert (sancus.policy.kind, sancus.policy.bound, sancus.policy.warmup) == ("gap", 0.04, 20)
+    assert sancus.staleness == StalenessPolicy("gap", 0.04, 20)
     assert sancus.local_grad_clip == 1.5 and sancus.embedding_grad_clip is None
     sancus = make_strategy("sancus-e1-eclip2", epochs=50)
     assert sancus.local_grad_clip is None and sancus.embedding_grad_clip == 2.0
-    assert sancus.name == "sancus-e1-w50-eclip2"
+    assert sancus.name == "sancus-e1-eclip2"
+    # A block-row method is its own exchange: one class, one validation.
+    assert type(sancus) is Sancus and sancus == Sancus("epoch", 1, clip=2.0, clip_at="embeddings")
     assert make_strategy("pipegcn-g").gradient_momentum == 0.95
     assert make_strategy("skipg-2").layout == "block" and make_strategy("adaqp").layout == "halo"
 

@@ -1,0 +1,161 @@
+"""What a training method is: a frozen, validated configuration that names itself, parses
+its own short spellings, and knows what of the run it needs (:class:`RunInfo`).
+
+Every method type (``jaxgraph.train.methods`` lists the built-in ones) subclasses
+:class:`Method` and is registered once (:func:`register_method`): the ``--method`` choices,
+their options and help, the errors and the config-file sections all come from the registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, ClassVar
+
+# The aggregation whose coefficients weigh a message in the adaptive assignments; GAT's
+# attention coefficients are data-dependent and take the mean aggregator's as a proxy.
+_MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What a method's host half needs to know of the run it serves.
+
+    Attributes:
+      epochs: the run's length (a period of 0 means ``epochs // 5``, as AdaQP).
+      seed: the run's seed (random widths are drawn from it).
+      model: the model's name; its aggregation weighs the messages of adaptive widths.
+    """
+
+    epochs: int = 200
+    seed: int = 0
+    model: str = "gcn"
+
+    @property
+    def norm(self) -> str:
+        """The aggregation whose coefficients weigh a message (GAT: the mean's)."""
+        return _MODEL_NORM.get(self.model, "mean")
+
+    def period(self, period: int) -> int:
+        """Epochs per assignment period: ``period``, or ``epochs // 5`` for 0."""
+        return period or max(self.epochs // 5, 1)
+
+
+class Method:
+    """What every method type provides (a frozen dataclass below)."""
+
+    key: ClassVar[str]  # the section name in a config file, [method.<key>]
+    spellings: ClassVar[str] = ""  # the short spellings :meth:`parse` reads, for messages
+    layout: ClassVar[str] = "halo"  # the plan it runs on: "halo" or "block"
+    modes: ClassVar[tuple[str, ...]] = ()  # fields that decide which others apply
+    # Whether the loop compiles the step of an already decided next state in a thread
+    # (a field of the methods whose state changes between periods).
+    compile_ahead: ClassVar[bool] = False
+
+    @classmethod
+    def parse(cls, text: str) -> Method | None:
+        """The method ``text`` spells, or None if it is not one of this type's spellings."""
+        return cls() if text == cls.key else None
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        """The spelling of this type that takes ``field``, for messages."""
+        return cls.key
+
+    def label(self) -> str:
+        """The short spelling (``quant-4``, ``sancus-h0.04``), for logs and summaries."""
+        raise NotImplementedError
+
+    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn"):
+        """The exchange this method runs in a run of ``epochs`` epochs: the method itself
+        where it is its own exchange (a :class:`~jaxgraph.comm.strategy.CommStrategy` that
+        takes the run's :class:`RunInfo` in ``controller``)."""
+        del epochs, seed, model
+        return self
+
+    def options(self) -> tuple[str, ...]:
+        """The fields that take effect for this method (all of them, unless a setting makes
+        some inert: a fixed-width :class:`Quantized` has no period)."""
+        return tuple(f.name for f in dataclasses.fields(self))
+
+    def exchange_chunks(self) -> int:
+        """The layout of a quantized exchange under changing widths (0: exact, or none)."""
+        return 0
+
+    def replace(self, **changes) -> Method:
+        """A copy with ``changes``; a field this method does not take is an error naming it."""
+        for name in changes:
+            if name not in {f.name for f in dataclasses.fields(self)}:
+                raise ValueError(f"{name!r} does not apply to method {self.label()!r}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{key: fields}``, the config-file section of this method."""
+        return {self.key: dataclasses.asdict(self)}
+
+
+def chunks_or_default(chunks: int | None) -> int:
+    """``chunks``, or the backend's default layout for None."""
+    if chunks is not None:
+        return chunks
+    from jaxgraph.partition.buckets import default_chunks
+
+    return default_chunks()
+
+
+def check_int(name: str, value, low: int, high: float = math.inf, what: str = "") -> None:
+    """``value`` is an integer in ``[low, high]``, or an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        top = "" if high == math.inf else f", {high}"
+        raise ValueError(
+            f"{name} must be an integer in [{low}{top}]{what}, got {value!r}"
+            if top
+            else f"{name} must be an integer >= {low}{what}, got {value!r}"
+        )
+
+
+METHOD_TYPES: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Makes ``cls`` a method of ``jaxgraph train`` (``--method``, its options, config files
+    with ``[method.<key>]``); returns it, so that it decorates the class."""
+    METHOD_TYPES[cls.key] = cls
+    return cls
+
+
+NUMBER = r"(?:inf|\d+(?:\.\d+)?)"
+
+
+def match_spelling(pattern: str, text: str) -> dict[str, str | None] | None:
+    """The named groups of ``pattern`` matching all of ``text``, or None."""
+    m = re.fullmatch(pattern, text)
+    return None if m is None else m.groupdict()
+
+
+def check_quantize(method: str, bits, *, adaptive: bool = False) -> None:
+    """``<method>.quantize`` is none or a width (or ``"adaptive"`` where allowed)."""
+    if bits is not None and bits not in (2, 4, 8, 32):
+        also = " or 'adaptive'" if adaptive else ""
+        raise ValueError(
+            f"{method}.quantize must be none, 2, 4, 8 or 32 (bits){also}, got {bits!r}"
+        )
+
+
+def bits_label(bits) -> str:
+    return "" if bits is None else f"-q{bits}"
+
+
+def number_label(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:g}"
+
+
+def parse_bits(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def parse_bits_or_mode(value: str | None) -> int | str | None:
+    return value if value in ("random", "adaptive") else parse_bits(value)
+
+
