@@ -42,8 +42,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from adaqp_table import data_config  # noqa: E402
 
-from jaxgraph.comm.adaptive import Adaptive, AssignConfig, projected_comm_time  # noqa: E402
+from jaxgraph.comm.adaptive import AdaQP, AssignConfig, projected_comm_time  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
+from jaxgraph.comm.method import RunInfo  # noqa: E402
 from jaxgraph.comm.quantized import Quantized  # noqa: E402
 from jaxgraph.comm.strategy import Vanilla  # noqa: E402
 from jaxgraph.comm.wirebytes import byte_report  # noqa: E402
@@ -58,7 +59,6 @@ from jaxgraph.train.state import Trainer  # noqa: E402
 
 from results_io import write_csv  # noqa: E402
 
-NORM = {"gcn": "gcn", "sage": "mean"}
 FIXED = (2, 4, 8)
 
 
@@ -136,9 +136,11 @@ def run(
 ) -> list[dict]:
     setup = Setup(dataset, model_name, parts, hidden, seed)
     plan, dims = setup.plan, setup.dims
-    adaptive = Adaptive(AssignConfig(lam=lam), period=period, norm=NORM[model_name], seed=seed)
-    controller = adaptive.controller(plan, dims)
-    random = Quantized("random", period=period, seed=seed)
+    run_info = RunInfo(seed=seed, model=model_name)
+    adaptive = AdaQP(AssignConfig(lam=lam), period=period, chunks=0)
+    controller = adaptive.controller(plan, dims, run=run_info)
+    random = Quantized("random", period=period, chunks=0)
+    random_widths = random.controller(plan, dims, run=run_info)
     t_ada, t_van = setup.trainer(adaptive), setup.trainer(Vanilla())
     trainers = {"random": setup.trainer(random)}
     trainers.update({f"{b}-bit": setup.trainer(Quantized(b)) for b in FIXED})
@@ -147,14 +149,11 @@ def run(
     )
     rows = []
     others = {
-        x: Adaptive(
-            AssignConfig(lam=x), period=period, norm=NORM[model_name], seed=seed
-        ).controller(plan, dims)
+        x: AdaQP(AssignConfig(lam=x), period=period, chunks=0).controller(plan, dims, run=run_info)
         for x in extra_lams
     }
-    squares = Adaptive(
-        AssignConfig(lam=lam), period=period, norm=NORM[model_name], seed=seed, squares=True
-    ).controller(plan, dims)
+    squares = AdaQP(AssignConfig(lam=lam), period=period, chunks=0, score="squares")
+    squares = squares.controller(plan, dims, run=run_info)
     for epoch in range(1, period * solves + 2):
         before = state.comm_state
         new = controller.update(before, epoch=epoch)
@@ -167,21 +166,21 @@ def run(
                 state.replace(comm_state=t_van.place_comm_state({})), setup.shards
             )
             ada_assignment = BitAssignment(fwd=new["bits"]["fwd"], bwd=new["bits"]["bwd"])
-            rnd_assignment = random.assignment(plan, len(dims), period_index=index)
+            rnd_assignment = random.assignment(plan, len(dims), period_index=index, seed=seed)
             methods = {
                 "adaqp": (t_ada, new, ada_assignment),
                 "random": (
                     trainers["random"],
-                    random.init_state(plan, dims, epoch=epoch),
+                    random_widths.init_state(epoch=epoch),
                     rnd_assignment,
                 ),
             }
             for x, other in others.items():  # the same traces, solved with another λ
                 a, _ = other.solve(traces, current)
-                methods[f"adaqp λ{x}"] = (t_ada, adaptive.state_from_assignment(plan, dims, a), a)
+                methods[f"adaqp λ{x}"] = (t_ada, controller.state_of(a), a)
             # The same traces, each message weighed by the seed's beta_k (sum of squares).
             a, _ = squares.solve(traces, current)
-            methods["adaqp squares"] = (t_ada, adaptive.state_from_assignment(plan, dims, a), a)
+            methods["adaqp squares"] = (t_ada, controller.state_of(a), a)
             for b in FIXED:
                 fixed = Quantized(b)
                 methods[f"{b}-bit"] = (

@@ -51,6 +51,7 @@ from jaxgraph.comm.adaptive import (  # noqa: E402
 )
 from jaxgraph.comm.assign import SOLVERS  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
+from jaxgraph.comm.method import RunInfo  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.partition.buckets import BitAssignment, default_chunks  # noqa: E402
@@ -64,7 +65,6 @@ from jaxgraph.train import (  # noqa: E402
     TrainConfig,
     Vanilla,
     load_graph,
-    make_strategy,
     parse_method,
     train,
 )
@@ -112,8 +112,9 @@ def _assignment_at(cfg: TrainConfig, plan, num_layers: int, epoch: int, metrics:
     if isinstance(cfg.method, Vanilla):
         return BitAssignment.uniform(plan, num_layers, 32)
     if isinstance(cfg.method, Quantized):  # the run's own strategy, as training builds it
-        q = make_strategy(cfg.method, epochs=cfg.epochs, seed=cfg.seed)
-        return q.assignment(plan, num_layers, period_index=(epoch - 1) // q.period)
+        q, run = cfg.method, RunInfo(cfg.epochs, cfg.seed)
+        index = (epoch - 1) // run.period(q.period)
+        return q.assignment(plan, num_layers, period_index=index, seed=cfg.seed)
     return None
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 from adaqp_table import data_config
 
-from jaxgraph.comm.adaptive import Adaptive, AssignConfig
+from jaxgraph.comm.adaptive import AdaQP, AssignConfig
+from jaxgraph.comm.method import RunInfo
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph
 from jaxgraph.partition.buckets import BitAssignment
@@ -61,7 +62,8 @@ def bench(dataset: str, parts: int, args) -> list[dict]:
             solver=name,
             mip_gap=gap if gap is not None else AssignConfig().mip_gap,
         )
-        controller = Adaptive(config, period=1, norm=norm).controller(plan, dims)
+        run = RunInfo(model="gcn" if norm == "gcn" else "sage")  # sage: the mean
+        controller = AdaQP(config, period=1, chunks=0).controller(plan, dims, run=run)
         seconds, objectives = [], []
         for traces in draws:
             t0 = time.perf_counter()

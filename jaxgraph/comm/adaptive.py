@@ -38,22 +38,25 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.costmodel import MIB
+from jaxgraph.comm.method import Method, RunInfo, check_int, chunks_or_default
 from jaxgraph.comm.quantized import quantized_layer_exchange, row_range_variance
 from jaxgraph.comm.strategy import CommStrategy, Controller
+from jaxgraph.configfile import from_dict
 from jaxgraph.mesh import to_host
 from jaxgraph.options import flag
 from jaxgraph.partition.buckets import (
+    MAX_CHUNKS,
     PARAM_BYTES,
     QUANT_WIDTHS,
     BitAssignment,
     bucket_state,
-    check_chunks,
     check_param_dtype,
     check_widths,
 )
@@ -192,107 +195,102 @@ def first_width(config: AssignConfig) -> int:
     return 8 if 8 in config.widths else max(config.widths)
 
 
-class Adaptive(CommStrategy):
-    """Quantized exchange whose bit-widths are re-solved every ``period`` epochs from traced
-    message statistics by the mixed-integer program of :mod:`jaxgraph.comm.assign`.
+def check_adaptive(owner: str, method) -> None:
+    """The settings of AdaQP's widths (``period``, ``chunks``, ``score``, ``assign``), on
+    method ``adaqp`` or on ``pipegcn`` with ``quantize="adaptive"``."""
+    if isinstance(method.assign, dict):
+        assign = from_dict(AssignConfig, method.assign, f"{owner}.assign")
+        object.__setattr__(method, "assign", assign)
+    check_int(f"{owner}.period", method.period, 0, what=" (0: epochs // 5)")
+    if method.chunks is not None:
+        check_int(f"{owner}.chunks", method.chunks, 0, MAX_CHUNKS, " (0: exact layouts)")
+    if method.score not in ("sum", "squares"):
+        raise ValueError(f"{owner}.score must be 'sum' or 'squares', got {method.score!r}")
+    if method.period and method.assign.lookahead >= method.period:
+        raise ValueError(
+            f"{owner}.assign.lookahead ({method.assign.lookahead} epochs) must be shorter than "
+            f"{owner}.period ({method.period} epochs)"
+        )
 
-    The device half runs the quantized ring exchange of :mod:`jaxgraph.comm.quantized` under
-    the bucket layouts in ``comm_state`` and adds the traces; the host half
-    (:class:`AdaptiveController`, from :meth:`controller`) gathers the traces, solves and
-    installs the next assignment.
 
-    Args:
-      config: the program's settings.
-      period: epochs per assignment period (the first runs at uniform 8 bits, or at the
-        widest of ``config.widths``).
-      norm: the aggregation the model uses (``"gcn"`` or ``"mean"``), for the scores.
-      seed: seed of the quantization keys (unused by the assignment itself).
-      chunks: ``0``: each assignment gets an exact layout and compiles its own step; ``J >=
-        1``: one chunked layout (:func:`~jaxgraph.partition.buckets.bucket_state`), one compiled
-        step for the whole run.
-      squares: weigh a message by the sum of squares of its aggregation coefficients (the
-        seed's ``beta_k``, stated after its Theorem 3) instead of the square of their sum (the
-        public implementation's); module docstring.
-      param_dtype: the precision of each quantized row's ``(scale, lo)`` on the wire,
-        ``"float32"`` or ``"bfloat16"``, in the layouts and in the program's row times.
+def check_adaptive_run(method, run: RunInfo) -> None:
+    """A lookahead shorter than the run's period (``period = 0`` takes ``epochs // 5``)."""
+    period = run.period(method.period)
+    if method.assign.lookahead >= period:
+        raise ValueError(
+            f"lookahead ({method.assign.lookahead} epochs) must be shorter than the assignment "
+            f"period ({period} epochs)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaQP(Method, CommStrategy):
+    """Adaptive message quantization: the widths of every message group re-solved every
+    ``period`` epochs from traced messages by the mixed-integer program of
+    :mod:`jaxgraph.comm.assign`.
+
+    The device half (this class inside ``shard_map``) runs the quantized ring exchange of
+    :mod:`jaxgraph.comm.quantized` under the bucket layouts in ``comm_state`` and adds the
+    traces; the host half (:class:`AdaptiveController`, from :meth:`controller`) gathers the
+    traces, solves and installs the next assignment. The first period runs at uniform 8 bits,
+    or at the widest of ``assign.widths``.
+
+    Attributes:
+      assign: the assignment problem and its solver (:class:`AssignConfig`).
+      period: epochs per assignment period (0: ``epochs // 5``, as AdaQP).
+      chunks: exchange layout: ``0`` an exact layout per assignment, each compiling its own
+        step; ``J >= 1`` one chunked layout and one compiled step for the whole run
+        (:func:`~jaxgraph.partition.buckets.bucket_state`); ``None`` the backend's default.
+      compile_ahead: with ``assign.lookahead``, compile the next period's step in a thread.
+      score: a message's weight ``beta`` in the program: ``"sum"``, the square of the sum of
+        its aggregation coefficients (the public AdaQP implementation), or ``"squares"``, their
+        sum of squares (the seed's ``beta_k``, stated after its Theorem 3); module docstring.
+      param_dtype: ``"bfloat16"`` sends each quantized row's ``(scale, lo)`` as bfloat16 (4
+        bytes instead of 8), in the layouts and in the program's row times, as
+        :attr:`~jaxgraph.comm.quantized.Quantized.param_dtype`.
     """
 
-    def __init__(
-        self,
-        config: AssignConfig = AssignConfig(),
-        *,
-        period: int = 40,
-        norm: str = "gcn",
-        seed: int = 0,
-        chunks: int = 0,
-        squares: bool = False,
-        param_dtype: str = "float32",
-    ):
-        if period < 1:
-            raise ValueError(f"assignment period must be at least 1 epoch, got {period}")
-        check_chunks(chunks)
-        if norm not in NORMS:
-            raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
-        if config.lookahead >= period:
-            raise ValueError(
-                f"lookahead ({config.lookahead} epochs) must be shorter than the assignment "
-                f"period ({period} epochs)"
-            )
-        self.config, self.period, self.norm, self.seed = config, int(period), norm, int(seed)
-        self.chunks = int(chunks)  # the widths change: a chunked layout can serve them all
-        self.widths = config.widths
-        self.squares = bool(squares)
-        self.param_dtype = check_param_dtype(param_dtype)
-        self.name = "adaqp"
+    assign: AssignConfig = AssignConfig()
+    period: int = flag("--assign-period", 0)
+    chunks: int | None = flag("--exchange-chunks", None)
+    compile_ahead: bool = True
+    score: Literal["sum", "squares"] = "sum"
+    param_dtype: str = "float32"
 
-    def _key(self):
-        return (
-            type(self),
-            self.config,
-            self.period,
-            self.norm,
-            self.seed,
-            self.chunks,
-            self.squares,
-            self.param_dtype,
-        )
+    key: ClassVar[str] = "adaqp"
+    spellings: ClassVar[str] = "adaqp[-bf16]"
 
-    def __eq__(self, other):
-        return isinstance(other, Adaptive) and other._key() == self._key()
+    @classmethod
+    def parse(cls, text: str) -> AdaQP | None:
+        return cls(param_dtype="bfloat16") if text == "adaqp-bf16" else super().parse(text)
 
-    def __hash__(self):
-        return hash(self._key())
+    def __post_init__(self):
+        check_adaptive("adaqp", self)
+        try:
+            check_param_dtype(self.param_dtype)
+        except ValueError as e:
+            raise ValueError(f"adaqp.{e}") from None
 
-    def state_from_assignment(
-        self, plan, layer_dims, assignment: BitAssignment, *, upcoming=None, traces=None
-    ) -> dict:
-        """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
-        ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
-        the next boundary (``upcoming``; until a solve, the current one)."""
-        state = bucket_state(
-            plan, assignment, chunks=self.chunks, widths=self.widths, param_dtype=self.param_dtype
-        )
-        state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
-        if self.config.lookahead:
-            upcoming = upcoming or assignment
-            state["next_bits"] = {"fwd": upcoming.fwd, "bwd": upcoming.bwd}
-        if traces is None:
-            zeros = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
-            traces = {"fwd": (zeros,) * len(layer_dims), "bwd": (zeros,) * len(layer_dims)}
-        state["trace"] = traces
-        return state
+    def label(self) -> str:
+        return "adaqp" + ("-bf16" if self.param_dtype == "bfloat16" else "")
+
+    @property
+    def name(self) -> str:
+        return self.label()
+
+    def exchange_chunks(self) -> int:
+        return chunks_or_default(self.chunks)
+
+    def check_run(self, run: RunInfo) -> None:
+        check_adaptive_run(self, run)
 
     def init_state(self, plan, layer_dims, *, epoch: int = 0):
-        """The first period's state: uniform widths (:func:`first_width`), zero traces. Only
-        a checkpoint knows a later assignment (:meth:`AdaptiveController.resume`)."""
-        del epoch
-        first = first_width(self.config)
-        return self.state_from_assignment(
-            plan, layer_dims, BitAssignment.uniform(plan, len(layer_dims), first)
-        )
+        """The first period's state under :class:`RunInfo`'s defaults (:meth:`controller`
+        gives the run's own)."""
+        return AdaptiveController(self, plan, layer_dims).init_state(epoch=epoch)
 
     def controller(self, plan, layer_dims, *, cost=None, run=None) -> AdaptiveController:
-        return AdaptiveController(self, plan, layer_dims, cost=cost)
+        return AdaptiveController(self, plan, layer_dims, cost=cost, run=run)
 
     # ------------------------------------------------------------------ device side
 
@@ -355,22 +353,32 @@ def trace_returned_rows(comm_state, layer: int, grads):
 
 
 class AdaptiveController(Controller):
-    """The host half of :class:`Adaptive`: at each period boundary (or ``lookahead`` epochs
-    before it) gathers the traces, solves the program per exchange key and installs the new
-    assignment; keeps the cost model, the pending lookahead solve and the latest log.
+    """The host half of adaptive widths in one run (:class:`AdaQP`, or :class:`PipeGCN
+    <jaxgraph.comm.pipegcn.PipeGCN>` with ``quantize="adaptive"``): at each period boundary
+    (or ``lookahead`` epochs before it) gathers the traces, solves the program per exchange
+    key and installs the new assignment; keeps the cost model, the pending lookahead solve
+    and the latest log.
 
     Args:
-      exchange: the :class:`Adaptive` strategy.
+      exchange: the method (its ``assign``, ``period``, ``chunks``, ``score`` and
+        ``param_dtype``).
       plan, layer_dims: the run's plan and the width of each layer's rows.
       cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
-        one from ``config.interconnect`` when the first program is set up.
+        one from ``assign.interconnect`` when the first program is set up.
+      run: the run (its length sets a period of 0; its model, the aggregation the scores
+        weigh).
     """
 
-    exchange: Adaptive
-
-    def __init__(self, exchange: Adaptive, plan, layer_dims, *, cost=None):
+    def __init__(self, exchange, plan, layer_dims, *, cost=None, run: RunInfo | None = None):
         super().__init__(exchange, plan, layer_dims)
-        self.config = exchange.config
+        run = run or RunInfo()
+        check_adaptive_run(exchange, run)
+        self.config: AssignConfig = exchange.assign
+        self.period = run.period(exchange.period)
+        self.norm = run.norm
+        self.chunks = chunks_or_default(exchange.chunks)
+        self.squares = exchange.score == "squares"
+        self.param_dtype = getattr(exchange, "param_dtype", "float32")
         self.cost = cost
         self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
         if self.config.solver == "milp":
@@ -378,8 +386,35 @@ class AdaptiveController(Controller):
 
             assign.load_solver()  # at set-up, not in the first assignment's overhead
 
-    def _state(self, assignment, **kw) -> dict:
-        return self.exchange.state_from_assignment(self.plan, self.layer_dims, assignment, **kw)
+    def state_of(self, assignment, *, upcoming=None, traces=None) -> dict:
+        """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
+        ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
+        the next boundary (``upcoming``; until a solve, the current one)."""
+        plan = self.plan
+        state = bucket_state(
+            plan,
+            assignment,
+            chunks=self.chunks,
+            widths=self.config.widths,
+            param_dtype=self.param_dtype,
+        )
+        state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
+        if self.config.lookahead:
+            upcoming = upcoming or assignment
+            state["next_bits"] = {"fwd": upcoming.fwd, "bwd": upcoming.bwd}
+        if traces is None:
+            zeros = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
+            n = len(self.layer_dims)
+            traces = {"fwd": (zeros,) * n, "bwd": (zeros,) * n}
+        state["trace"] = traces
+        return state
+
+    def init_state(self, *, epoch: int = 0):
+        """The first period's state: uniform widths (:func:`first_width`), zero traces. Only
+        a checkpoint knows a later assignment (:meth:`resume`)."""
+        del epoch
+        first = first_width(self.config)
+        return self.state_of(BitAssignment.uniform(self.plan, len(self.layer_dims), first))
 
     def resume(self, *, epoch, saved):
         template = self.init_state()
@@ -396,7 +431,7 @@ class AdaptiveController(Controller):
             return BitAssignment(fwd=fwd, bwd=bwd)
 
         upcoming = saved_assignment("next_bits") if self.config.lookahead else None
-        state = self._state(saved_assignment("bits"), upcoming=upcoming)
+        state = self.state_of(saved_assignment("bits"), upcoming=upcoming)
         trace = saved_getter(saved, "['trace']")
         state["trace"] = jax.tree_util.tree_map_with_path(
             lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
@@ -404,7 +439,7 @@ class AdaptiveController(Controller):
         return state
 
     def _is_boundary(self, epoch: int) -> bool:
-        return epoch > 1 and (epoch - 1) % self.exchange.period == 0
+        return epoch > 1 and (epoch - 1) % self.period == 0
 
     def update(self, comm_state, *, epoch):
         lookahead = self.config.lookahead
@@ -416,9 +451,9 @@ class AdaptiveController(Controller):
             t_gather = time.perf_counter() - t0
             assignment, info = self._decide(traces, current)
             info.update(gather_time=t_gather, solved_at=epoch)
-            state = self._state(current, upcoming=assignment, traces=traces)
+            state = self.state_of(current, upcoming=assignment, traces=traces)
             boundary = epoch + lookahead
-            self._pending = {"boundary": boundary, "state": self._state(assignment), "log": info}
+            self._pending = {"boundary": boundary, "state": self.state_of(assignment), "log": info}
             return state
         if not self._is_boundary(epoch):
             return None
@@ -440,7 +475,7 @@ class AdaptiveController(Controller):
             info["gather_time"] = t_gather
         info["epoch"] = epoch
         self.last_update = info
-        return self._state(assignment)
+        return self.state_of(assignment)
 
     def upcoming(self, comm_state, *, epoch):
         pending = self._pending
@@ -483,7 +518,7 @@ class AdaptiveController(Controller):
                 raise ValueError(
                     "interconnect 'measure' needs a cost model measured on the run's mesh "
                     "(jaxgraph.comm.costmodel.measure); pass it as "
-                    "Adaptive(...).controller(plan, layer_dims, cost=...)"
+                    "AdaQP(...).controller(plan, layer_dims, cost=...)"
                 )
             self.cost = self.config.cost_model(self.plan.num_parts)
         return self.cost
@@ -492,8 +527,8 @@ class AdaptiveController(Controller):
         """The per-key inputs of the program: ``{key: (beta per round [P, S_r] indexed by the
         channel's sender, feature dim, reversed)}``; ``reversed`` marks the backward keys,
         whose channel for forward sender ``d`` in round ``r`` runs from ``d + r`` to ``d``."""
-        plan, squares = self.plan, self.exchange.squares
-        scores = aggregation_scores(plan, self.exchange.norm, squares=squares)
+        plan, squares = self.plan, self.squares
+        scores = aggregation_scores(plan, self.norm, squares=squares)
         out = {}
         for layer, dim in enumerate(self.layer_dims):
             traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]
@@ -538,7 +573,7 @@ class AdaptiveController(Controller):
             mip_rel_gap=cfg.mip_gap,
             fallback=fallback,
             solver=cfg.solver,
-            param_bytes=PARAM_BYTES[self.exchange.param_dtype],
+            param_bytes=PARAM_BYTES[self.param_dtype],
         )
         solve_time = time.perf_counter() - t0
         fwd = [list(r) for r in previous.fwd]
@@ -561,7 +596,7 @@ class AdaptiveController(Controller):
         ``assignment``: under the cost model in use and under fixed presets (comparable
         across runs and methods)."""
         plan = self.plan
-        param_bytes = PARAM_BYTES[self.exchange.param_dtype]
+        param_bytes = PARAM_BYTES[self.param_dtype]
         # Once for every model.
         channel_bytes = _channel_bytes(plan, assignment, self.layer_dims, param_bytes)
         cost = self.cost_model()
@@ -723,7 +758,8 @@ def _bits_from_channels(channel_bits, plan: HaloPlan, backward: bool) -> list:
 
 __all__ = [
     "QUANT_WIDTHS",
-    "Adaptive",
+    "AdaQP",
+    "AdaptiveController",
     "AssignConfig",
     "aggregation_scores",
     "first_width",

@@ -67,12 +67,10 @@ class Method:
         """The short spelling (``quant-4``, ``sancus-h0.04``), for logs and summaries."""
         raise NotImplementedError
 
-    def strategy(self, *, epochs: int, seed: int = 0, model: str = "gcn"):
-        """The exchange this method runs in a run of ``epochs`` epochs: the method itself
-        where it is its own exchange (a :class:`~jaxgraph.comm.strategy.CommStrategy` that
-        takes the run's :class:`RunInfo` in ``controller``)."""
-        del epochs, seed, model
-        return self
+    def check_run(self, run: RunInfo) -> None:
+        """Raises ValueError where this method cannot serve ``run`` (a lookahead longer than
+        the run's period); called before any data is read."""
+        del run
 
     def options(self) -> tuple[str, ...]:
         """The fields that take effect for this method (all of them, unless a setting makes

@@ -43,7 +43,7 @@ Averaging per peer and averaging after the scatter-add are the same linear map, 
   layer and direction lives in ``comm_state`` (``fwd``, ``bwd``). ``quantize=32`` takes the
   same byte path with exact rows: it trains as the fp32 ring to rounding (tested). What is
   stored for the next step is what the receiver decoded.
-- **Adaptive widths** (``quantize=Adaptive(...)``): AdaQP's widths per message group
+- **Adaptive widths** (``quantize="adaptive"``): AdaQP's widths per message group
   (:mod:`jaxgraph.comm.adaptive`) for the stale messages. The step traces each halo row it
   sends (:func:`~jaxgraph.comm.quantized.row_range_variance`, at the sender) and each halo
   gradient row it sends back (through the probe, beside the gradient); every period
@@ -60,17 +60,29 @@ quantization does.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.adaptive import (
-    Adaptive,
     AdaptiveController,
+    AssignConfig,
+    check_adaptive,
+    check_adaptive_run,
     trace_returned_rows,
     trace_sent_rows,
     zero_trace_probe,
+)
+from jaxgraph.comm.method import (
+    Method,
+    RunInfo,
+    bits_label,
+    check_quantize,
+    chunks_or_default,
+    match_spelling,
+    parse_bits_or_mode,
 )
 from jaxgraph.comm.quantized import (
     quantized_halo,
@@ -81,7 +93,9 @@ from jaxgraph.comm.quantized import (
 from jaxgraph.comm.ring import ring_exchange, ring_perm
 from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.comm.wirebytes import exchange_bytes
+from jaxgraph.configfile import from_dict
 from jaxgraph.mesh import to_host, to_varying, varying_axes
+from jaxgraph.options import flag
 from jaxgraph.partition.buckets import BitAssignment, bucket_state
 
 DEFAULT_MOMENTUM = 0.95
@@ -148,25 +162,109 @@ def stale_halo(h_local, probe, halo, grad, route, *, send_back):
 
 
 @dataclasses.dataclass(frozen=True)
-class PipeGCN(CommStrategy):
-    """Pipelined ring exchange: halo rows and halo gradients one step stale.
+class PipeGCN(Method, CommStrategy):
+    """Pipelined ring exchange: halo rows and halo gradients one step stale (module
+    docstring).
 
-    Args:
-      stale: ``False`` runs the synchronous exchange (no pipeline), for comparison.
-      feature_momentum: ``gamma`` of the halo-row average (PipeGCN-F), or ``None``.
-      gradient_momentum: ``gamma`` of the halo-gradient average (PipeGCN-G), or ``None``.
-      quantize: ``None`` sends fp32 rows; ``2``, ``4`` or ``8`` sends the halo rows and the
-        halo gradients stochastically quantized at that width (the kernels and wire format
-        of :mod:`jaxgraph.comm.quantized`); ``32`` takes the same byte path with exact rows.
-        An :class:`~jaxgraph.comm.adaptive.Adaptive`: widths per message group re-solved
-        every period by AdaQP's program from the stale messages' traces (module docstring;
-        needs ``stale``).
+    Attributes:
+      stale: ``False`` runs the synchronous exchange (staleness off), for comparison.
+      feature_momentum, gradient_momentum: ``gamma`` of the moving average of the stale halo
+        rows (PipeGCN-F) or gradients (PipeGCN-G), in ``[0, 1)``; ``None`` for none.
+      quantize: ``None`` (fp32 rows), or ``2``, ``4``, ``8``: the halo rows and halo
+        gradients travel stochastically quantized at that width (the kernels and wire format
+        of :mod:`jaxgraph.comm.quantized`); ``32``: the quantized byte path with exact rows.
+        ``"adaptive"``: widths per message group re-solved every ``period`` epochs by AdaQP's
+        program from the stale messages' traces (needs ``stale``).
+      period, assign, chunks, score: the adaptive widths' settings, as
+        :class:`~jaxgraph.comm.adaptive.AdaQP`'s; they apply to ``quantize="adaptive"`` only.
     """
 
     stale: bool = True
     feature_momentum: float | None = None
     gradient_momentum: float | None = None
-    quantize: int | Adaptive | None = None
+    quantize: int | Literal["adaptive"] | None = None
+    period: int = flag("--assign-period", 0)
+    assign: AssignConfig = AssignConfig()
+    chunks: int | None = flag("--exchange-chunks", None)
+    score: Literal["sum", "squares"] = "sum"
+
+    key: ClassVar[str] = "pipegcn"
+    spellings: ClassVar[str] = "pipegcn[-sync|-f|-g|-fg][-q<bits>|-qadaptive]"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
+    _ADAPTIVE_ONLY: ClassVar[tuple[str, ...]] = ("period", "assign", "chunks", "score")
+
+    @classmethod
+    def parse(cls, text: str) -> PipeGCN | None:
+        """``pipegcn``, ``-sync``, ``-f`` / ``-g`` / ``-fg`` (momentum 0.95; ``-f0.9g0.8``
+        sets it), each with ``-q<2|4|8|32>`` or, stale, ``-qadaptive``."""
+        g = match_spelling(
+            r"pipegcn(?:-(?P<sync>sync)|-(?=[fg])(?P<f>f(?P<fm>0?\.\d+)?)?(?P<g>g(?P<gm>0?\.\d+)?)?)?"
+            r"(?:-q(?P<q>2|4|8|32|adaptive))?",
+            text,
+        )
+        if g is None:
+            return None
+        quantize = parse_bits_or_mode(g["q"])
+        if g["sync"]:
+            return cls(stale=False, quantize=quantize)
+        f, m = _momentum(g["f"], g["fm"]), _momentum(g["g"], g["gm"])
+        return cls(feature_momentum=f, gradient_momentum=m, quantize=quantize)
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "pipegcn-qadaptive" if field in cls._ADAPTIVE_ONLY else cls.key
+
+    def __post_init__(self):
+        for name in ("feature_momentum", "gradient_momentum"):
+            m = getattr(self, name)
+            if m is not None and not 0.0 <= m < 1.0:
+                raise ValueError(f"pipegcn.{name} must lie in [0, 1), got {m!r}")
+        if not self.stale and (self.feature_momentum, self.gradient_momentum) != (None, None):
+            raise ValueError("pipegcn momenta smooth stale halos: they need stale = true")
+        if self.quantize == "adaptive":
+            if not self.stale:
+                raise ValueError(
+                    "pipegcn.quantize = 'adaptive' needs stale = true (adaptive widths on the "
+                    "synchronous ring are method adaqp)"
+                )
+            check_adaptive("pipegcn", self)
+            return
+        if isinstance(self.assign, dict):
+            object.__setattr__(
+                self, "assign", from_dict(AssignConfig, self.assign, "pipegcn.assign")
+            )
+        check_quantize("pipegcn", self.quantize, adaptive=True)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in self._ADAPTIVE_ONLY:
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(f"pipegcn.{name} applies to quantize='adaptive' only")
+
+    def options(self) -> tuple[str, ...]:
+        fields = super().options()
+        if self.adaptive:
+            return fields
+        return tuple(f for f in fields if f not in self._ADAPTIVE_ONLY)
+
+    def label(self) -> str:
+        bits = bits_label(self.quantize)
+        if not self.stale:
+            return "pipegcn-sync" + bits
+        tag = ""
+        for letter, m in (("f", self.feature_momentum), ("g", self.gradient_momentum)):
+            if m is not None:
+                tag += letter if m == DEFAULT_MOMENTUM else f"{letter}{m:g}"
+        return (f"pipegcn-{tag}" if tag else "pipegcn") + bits
+
+    @property
+    def name(self) -> str:
+        return self.label()
+
+    def exchange_chunks(self) -> int:
+        return chunks_or_default(self.chunks) if self.adaptive else 0
+
+    def check_run(self, run: RunInfo) -> None:
+        if self.adaptive:
+            check_adaptive_run(self, run)
 
     @property
     def exchange_before_dropout(self) -> bool:
@@ -174,40 +272,10 @@ class PipeGCN(CommStrategy):
         # order changes how autodiff accumulates a row's gradient terms, by a few ulp).
         return self.stale
 
-    def __post_init__(self):
-        for what, m in (("feature", self.feature_momentum), ("gradient", self.gradient_momentum)):
-            if m is not None and not 0.0 <= m < 1.0:
-                raise ValueError(f"the {what} momentum must lie in [0, 1), got {m}")
-            if m is not None and not self.stale:
-                raise ValueError("smoothing needs the stale pipeline (stale=True)")
-        if self.adaptive:
-            if not self.stale:
-                raise ValueError(
-                    "adaptive widths on the synchronous ring are AdaQP's exchange "
-                    "(jaxgraph.comm.adaptive.Adaptive); PipeGCN's need stale=True"
-                )
-        elif self.quantize is not None and self.quantize not in (2, 4, 8, 32):
-            raise ValueError(
-                f"quantize must be None, 2, 4, 8, 32 or an Adaptive, got {self.quantize!r}"
-            )
-
     @property
     def adaptive(self) -> bool:
         """Whether the widths are AdaQP's, re-solved every period."""
-        return isinstance(self.quantize, Adaptive)
-
-    @property
-    def name(self) -> str:
-        if self.quantize is None:
-            bits = ""
-        else:
-            bits = "-qadaptive" if self.adaptive else f"-q{self.quantize}"
-        if not self.stale:
-            return "pipegcn-sync" + bits
-        suffix = ("f" if self.feature_momentum is not None else "") + (
-            "g" if self.gradient_momentum is not None else ""
-        )
-        return "pipegcn" + (f"-{suffix}" if suffix else "") + bits
+        return self.quantize == "adaptive"
 
     def pipe_state(self, plan, layer_dims) -> tuple:
         """Per layer, the zero stale halo (``halo: [P, H, F]``) and, after the first layer,
@@ -224,10 +292,9 @@ class PipeGCN(CommStrategy):
         # Zeros are also the shape template a checkpoint restores into, whatever the epoch.
         del epoch
         if self.adaptive:
-            # AdaQP's state (layouts, assignment, traces) and the pipeline's buffers.
-            return self.quantize.init_state(plan, layer_dims) | {
-                "pipe": self.pipe_state(plan, layer_dims)
-            }
+            # AdaQP's state (layouts, assignment, traces) and the pipeline's buffers, under
+            # RunInfo's defaults (the controller gives the run's own).
+            return StaleAdaptiveController(self, plan, layer_dims).init_state()
         layouts = [{} for _ in layer_dims]
         if self.quantize is not None:  # one fixed layout per layer and direction
             uniform = BitAssignment.uniform(plan, len(layer_dims), self.quantize)
@@ -243,7 +310,7 @@ class PipeGCN(CommStrategy):
 
     def controller(self, plan, layer_dims, *, cost=None, run=None):
         if self.adaptive:
-            return StaleAdaptiveController(self, plan, layer_dims, cost=cost)
+            return StaleAdaptiveController(self, plan, layer_dims, cost=cost, run=run)
         return Controller(self, plan, layer_dims)
 
     def _layer(self, comm_state, layer):
@@ -377,18 +444,11 @@ class StaleAdaptiveController(AdaptiveController):
     (stale halos and gradients) across the change of widths: what was received under the
     old widths is what the next step reads."""
 
-    def __init__(self, exchange: PipeGCN, plan, layer_dims, *, cost=None):
-        super().__init__(exchange.quantize, plan, layer_dims, cost=cost)
-        self.pipe = exchange
-
-    def init_state(self, *, epoch: int = 0):
-        return self.pipe.init_state(self.plan, self.layer_dims, epoch=epoch)
-
-    def _state(self, assignment, **kw) -> dict:
+    def state_of(self, assignment, **kw) -> dict:
         # Zero buffers: the shape template of a compiled-ahead step or a checkpoint restore;
         # update() puts the live ones in.
-        return super()._state(assignment, **kw) | {
-            "pipe": self.pipe.pipe_state(self.plan, self.layer_dims)
+        return super().state_of(assignment, **kw) | {
+            "pipe": self.exchange.pipe_state(self.plan, self.layer_dims)
         }
 
     def update(self, comm_state, *, epoch):
@@ -396,6 +456,12 @@ class StaleAdaptiveController(AdaptiveController):
         if new is None:
             return None
         return {**new, "pipe": jax.tree.map(to_host, comm_state["pipe"])}
+
+
+def _momentum(flag, value) -> float | None:
+    if not flag:
+        return None
+    return DEFAULT_MOMENTUM if value is None else float(value)
 
 
 def _smooth(avg, recv, momentum):

@@ -1,4 +1,4 @@
-"""The communication-strategy interface and its first strategy, Vanilla.
+"""The communication-strategy interface and its first method, Vanilla.
 
 A strategy moves rows between devices inside a ``shard_map`` program and carries its own
 state (caches, stale halos, statistics) in ``comm_state``, a pytree that lives inside the train
@@ -9,12 +9,14 @@ calls :meth:`CommStrategy.exchange`.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgraph.comm.method import Method
 from jaxgraph.comm.ring import ring_exchange
 from jaxgraph.partition.halo import HaloPlan
 from jaxgraph.partition.shard import GraphShard
@@ -204,16 +206,18 @@ class Controller:
         return out
 
 
-class Vanilla(CommStrategy):
-    """Full-precision (fp32) ring all-to-all of halo rows, synchronous, in both passes."""
+@dataclasses.dataclass(frozen=True)
+class Vanilla(Method, CommStrategy):
+    """The uncompressed (fp32) ring all-to-all of halo rows, synchronous, in both passes."""
 
-    name = "vanilla"
+    key: ClassVar[str] = "vanilla"
 
-    def __eq__(self, other):
-        return type(other) is type(self)
+    def label(self) -> str:
+        return "vanilla"
 
-    def __hash__(self):
-        return hash(type(self))
+    @property
+    def name(self) -> str:
+        return self.label()
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None

@@ -40,9 +40,11 @@ def make_strategy(
     method: Method | str, *, epochs: int = 200, seed: int = 0, model: str = "gcn"
 ) -> CommStrategy:
     """The communication strategy of ``method`` (a typed method or its short spelling,
-    :func:`~jaxgraph.train.methods.parse_method`) in a run of ``epochs`` epochs; ``model``
-    names the aggregation that weighs AdaQP's messages."""
-    return parse_method(method).strategy(epochs=epochs, seed=seed, model=model)
+    :func:`~jaxgraph.train.methods.parse_method`): the method itself, which is its own
+    exchange, checked against a run of ``epochs`` epochs of ``model`` seeded ``seed``."""
+    method = parse_method(method)
+    method.check_run(RunInfo(epochs, seed, model))
+    return method
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -142,10 +144,9 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
     Raises:
       ValueError: an unknown method or dataset, or more parts than nodes.
     """
-    method = config.method
-    strategy = make_strategy(
-        method, epochs=config.epochs, seed=config.seed, model=config.model.name
-    )
+    method = strategy = config.method  # a method is its own exchange
+    run = RunInfo(config.epochs, config.seed, config.model.name)
+    method.check_run(run)  # before any data is read
     graph = load_graph(config.data, split=True) if graph is None else graph
     if config.parts > graph.num_nodes:
         raise ValueError(
@@ -185,5 +186,5 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
         seed=config.seed,
         optimizer=make_optimizer(config.optim),
         cost=cost,
-        run=RunInfo(config.epochs, config.seed, config.model.name),
+        run=run,
     )

@@ -9,7 +9,6 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.comm.adaptive import (
-    Adaptive,
     AssignConfig,
     _bits_from_channels,
     _channel_rows,
@@ -69,7 +68,8 @@ def test_message_weight_is_square_of_sum_or_sum_of_squares(squares):
     rng = np.random.default_rng(3)
     traced = [rng.uniform(0.5, 2.0, m.shape) for m in plan.send_mask]
     traces = {"fwd": [traced, traced], "bwd": [None, traced]}
-    problems = Adaptive(squares=squares).controller(plan, (7, 5)).problems(traces)
+    method = AdaQP(score="squares" if squares else "sum", chunks=0)
+    problems = method.controller(plan, (7, 5)).problems(traces)
     sums = aggregation_scores(plan, "gcn")
     sq = aggregation_scores(plan, "gcn", squares=True)
     for r, (beta, t, m) in enumerate(zip(problems["fwd1"][0], traced, plan.send_mask, strict=True)):
@@ -161,7 +161,7 @@ def test_channel_mapping_round_trips_to_the_assignment(num_parts):
 
 def _adaptive_trainer(num_parts):
     plan = _plan(GRAPH, num_parts)
-    strategy = Adaptive(AssignConfig(), period=2)
+    strategy = AdaQP(AssignConfig(), period=2, chunks=0)
     model = make_model("gcn", hidden=8, out_dim=GRAPH.num_classes, dropout=0.0)
     trainer, shards, state = setup_training(GRAPH, plan, strategy, model, num_parts, seed=1)
     return plan, strategy, trainer, shards, state, model.layer_input_dims(GRAPH.num_features)
@@ -288,7 +288,7 @@ def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
     num_parts = 4
     plan = _plan(GRAPH, num_parts)
     dims = (GRAPH.num_features, 8)
-    strategy = Adaptive(AssignConfig(lam=0.1, group_size=4), period=1)
+    strategy = AdaQP(AssignConfig(lam=0.1, group_size=4), period=1, chunks=0)
     previous = BitAssignment.random(plan, 2, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     traces = {
@@ -346,10 +346,10 @@ def test_frontier_solver_reaches_the_milp_optimum_without_a_mip_solver(monkeypat
         d: tuple(tuple(rng.random(m.shape) for m in plan.send_mask) for _ in dims)
         for d in ("fwd", "bwd")
     }
-    milp = Adaptive(AssignConfig(lam=0.3, group_size=2, mip_gap=0.0), period=1)
+    milp = AdaQP(AssignConfig(lam=0.3, group_size=2, mip_gap=0.0), period=1, chunks=0)
     _, milp_log = milp.controller(plan, dims).solve(traces, previous)
     monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
-    frontier = Adaptive(AssignConfig(lam=0.3, group_size=2, solver="frontier"), period=1)
+    frontier = AdaQP(AssignConfig(lam=0.3, group_size=2, solver="frontier"), period=1, chunks=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SolverFallbackWarning)
         assignment, log = frontier.controller(plan, dims).solve(traces, previous)
@@ -371,8 +371,8 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
     dims = (GRAPH.num_features, 8)
     config = AssignConfig(lam=0.5, group_size=2, widths=[4, 2], solver=solver, mip_gap=0.0)
     assert config.widths == (2, 4)
-    strategy = Adaptive(config, period=1, chunks=2)
-    state = strategy.init_state(plan, dims)
+    strategy = AdaQP(config, period=1, chunks=2)
+    state = strategy.controller(plan, dims).init_state()
     for rounds in state["bits"]["fwd"] + state["bits"]["bwd"]:
         for bits, mask in zip(rounds, plan.send_mask, strict=True):
             assert set(np.unique(bits[mask])) == {4}
@@ -386,7 +386,7 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
     assignment, log = strategy.controller(plan, dims).solve(traces, previous)
     used = {w for counts in log["widths"].values() for w, n in counts.items() if n}
     assert used == {2, 4}  # λ 0.5 on log-normal traces trades bits: both widths occur
-    other = Adaptive(
+    other = AdaQP(
         AssignConfig(
             lam=0.5,
             group_size=2,
@@ -395,18 +395,19 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
             solver="frontier" if solver == "milp" else "milp",
         ),
         period=1,
+        chunks=0,
     )
     _, other_log = other.controller(plan, dims).solve(traces, previous)
     for key, info in log["keys"].items():
         assert info["objective"] == pytest.approx(other_log["keys"][key]["objective"], rel=1e-6)
-    full = Adaptive(AssignConfig(lam=0.5, group_size=2, solver="frontier"), period=1)
+    full = AdaQP(AssignConfig(lam=0.5, group_size=2, solver="frontier"), period=1, chunks=0)
     _, full_log = full.controller(plan, dims).solve(traces, previous)
     assert any(c[8] for c in full_log["widths"].values())  # without the bound, 8 bits occur
-    layout = strategy.state_from_assignment(plan, dims, assignment)
+    layout = strategy.controller(plan, dims).state_of(assignment)
     assert all(a.widths == (2, 4) for a in layout["fwd"] + layout["bwd"])
     # 8 bits leads when it is a candidate; otherwise the widest candidate does.
     for widths, first in (((4, 8), 8), ((2,), 2)):
-        s = Adaptive(AssignConfig(widths=widths), period=1).init_state(plan, dims)
+        s = AdaQP(AssignConfig(widths=widths), period=1, chunks=0).init_state(plan, dims)
         assert {int(v) for v in np.unique(s["bits"]["fwd"][0][0][plan.send_mask[0]])} == {first}
 
 

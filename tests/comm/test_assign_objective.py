@@ -24,7 +24,7 @@ import itertools
 import numpy as np
 import pytest
 
-from jaxgraph.comm.adaptive import Adaptive, AssignConfig
+from jaxgraph.comm.adaptive import AdaQP, AssignConfig
 from jaxgraph.comm.assign import BITS, Channel, assign_bits
 from jaxgraph.comm.costmodel import CostModel
 from jaxgraph.graph import Graph
@@ -249,9 +249,10 @@ def test_controller_assignment_minimizes_the_seed_objective(lam, solver, param_d
         for direction, masks in held.items()
     }
     cost = CostModel(theta=rng.uniform(0.05, 1.0, (p, p)) * 1e3, gamma=rng.uniform(0, 1e-5, (p, p)))
-    exchange = Adaptive(
+    exchange = AdaQP(
         AssignConfig(lam=lam, group_size=1, solver=solver, mip_gap=0.0),
-        squares=True,
+        chunks=0,
+        score="squares",
         param_dtype=param_dtype,
     )
     param_bytes = {"float32": 8, "bfloat16": 4}[param_dtype]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from jaxgraph.comm.method import RunInfo
 from jaxgraph.comm.quantized import Quantized, quantized_ring_exchange
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.comm.wirebytes import byte_report
@@ -94,8 +95,9 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks, 
     plan = _plan(num_parts, "random")
     widths = (2, 4) if bits == "random-2-4" else (2, 4, 8)
     bits = "random" if bits == "random-2-4" else bits
-    strategy = Quantized(bits, seed=1, chunks=chunks, widths=widths, param_dtype=param_dtype)
-    state = strategy.init_state(plan, (3,))
+    drawn = dict(chunks=chunks, widths=widths) if bits == "random" else {}
+    strategy = Quantized(bits, param_dtype=param_dtype, **drawn)
+    state = strategy.controller(plan, (3,), run=RunInfo(seed=1)).init_state()
     x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
     x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
     key = jax.random.key(7)
@@ -104,7 +106,7 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks, 
 
     offsets = np.cumsum([0, *plan.round_rows])
     capacity = widths if chunks else None
-    buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["fwd"][0]
+    buckets = round_buckets(plan, strategy.assignment(plan, 1, seed=1), capacity)["fwd"][0]
     if chunks:  # the layout's buckets: exactly the candidate widths
         assert state["fwd"][0].widths == widths
     for s in range(num_parts):
@@ -141,8 +143,8 @@ def test_owner_gets_dequant_of_quant_of_gradient_rows(chunks, param_dtype):
     exact zeros) and the comparison is exact whatever order the scatter-add sums in."""
     num_parts = 4
     plan = _plan(num_parts, "random")
-    strategy = Quantized("random", seed=1, chunks=chunks, param_dtype=param_dtype)
-    state = strategy.init_state(plan, (3,))
+    strategy = Quantized("random", chunks=chunks, param_dtype=param_dtype)
+    state = strategy.controller(plan, (3,), run=RunInfo(seed=1)).init_state()
     f = _exchange_program(plan, state)
     args = (state["fwd"][0], state["bwd"][0])
     key = jax.random.key(7)
@@ -153,7 +155,7 @@ def test_owner_gets_dequant_of_quant_of_gradient_rows(chunks, param_dtype):
 
     offsets = np.cumsum([0, *plan.round_rows])
     capacity = strategy.widths if chunks else None
-    buckets = round_buckets(plan, strategy.assignment(plan, 1), capacity)["bwd"][0]
+    buckets = round_buckets(plan, strategy.assignment(plan, 1, seed=1), capacity)["bwd"][0]
     for r in range(1, num_parts):
         g = np.zeros_like(g_all)
         g[:, offsets[r - 1] : offsets[r]] = g_all[:, offsets[r - 1] : offsets[r]]
@@ -404,15 +406,15 @@ def test_round_buffer_is_as_long_as_the_largest_sender():
 
 def test_random_assignment_is_redrawn_each_period():
     plan = _plan(4)
-    strategy = Quantized("random", period=3, seed=2)
-    a0 = strategy.assignment(plan, 2, period_index=0)
-    a1 = strategy.assignment(plan, 2, period_index=1)
+    strategy = Quantized("random", period=3, chunks=0)
+    a0 = strategy.assignment(plan, 2, period_index=0, seed=2)
+    a1 = strategy.assignment(plan, 2, period_index=1, seed=2)
     assert a0.digest() != a1.digest()
-    assert strategy.assignment(plan, 2, period_index=1).digest() == a1.digest()
+    assert strategy.assignment(plan, 2, period_index=1, seed=2).digest() == a1.digest()
     counts = a0.width_counts(plan)["fwd0"]
     assert counts[32] == 0 and min(counts[2], counts[4], counts[8]) > 0
     dims = (8, 8)
-    controller = strategy.controller(plan, dims)
+    controller = strategy.controller(plan, dims, run=RunInfo(seed=2))
     for epoch in (1, 2, 3, 5, 6):
         assert controller.update(None, epoch=epoch) is None
     new = controller.update(None, epoch=4)
@@ -424,24 +426,24 @@ def test_state_after_epochs_matches_replayed_updates():
     """``init_state(epoch=E)`` (what a checkpoint after epoch E restores into) equals the state
     reached by running the host updates of epochs 1..E from the start."""
     plan = _plan(4)
-    strategy = Quantized("random", period=2, seed=3)
+    strategy = Quantized("random", period=2, chunks=0)
     dims = (8, 8)
-    controller = strategy.controller(plan, dims)
+    controller = strategy.controller(plan, dims, run=RunInfo(seed=3))
     state = controller.init_state()
     for epoch in range(1, 8):
         new = controller.update(state, epoch=epoch)
         state = state if new is None else new
-        expect = strategy.init_state(plan, dims, epoch=epoch)
+        expect = strategy.controller(plan, dims, run=RunInfo(seed=3)).init_state(epoch=epoch)
         assert jax.tree.structure(state) == jax.tree.structure(expect)
         for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(expect), strict=True):
             np.testing.assert_array_equal(a, b)
 
 
 def test_invalid_widths():
-    with pytest.raises(ValueError, match="bit-width must be one of"):
+    with pytest.raises(ValueError, match="quantized.bits must be 2, 4, 8, 32 or 'random'"):
         Quantized(3)
-    with pytest.raises(ValueError, match="period must be at least 1"):
-        Quantized(8, period=0)
+    with pytest.raises(ValueError, match="quantized.period must be an integer >= 0"):
+        Quantized("random", period=-1)
 
 
 def test_step_sends_one_buffer_per_round_and_quantizes_each_width_once():
@@ -452,7 +454,7 @@ def test_step_sends_one_buffer_per_round_and_quantizes_each_width_once():
     import re
 
     plan = _plan(4, "random")
-    trainer, shards, state = _trainer(Quantized("random", seed=0), plan)
+    trainer, shards, state = _trainer(Quantized("random", chunks=0), plan)
     text = trainer.train_step.lower(state, shards).as_text()
     rounds, exchanges, widths = plan.num_parts - 1, 3, 3
     assert text.count("stablehlo.collective_permute") == exchanges * rounds
@@ -598,7 +600,7 @@ def test_chunked_step_gates_each_rounds_transfers():
 
     plan = _plan(4, "random")
     chunks = 2
-    trainer, shards, state = _trainer(Quantized("random", seed=0, chunks=chunks), plan)
+    trainer, shards, state = _trainer(Quantized("random", chunks=chunks), plan)
     text = trainer.train_step.lower(state, shards).as_text()
     rounds, exchanges, widths = plan.num_parts - 1, 3, 3
     assert text.count("stablehlo.collective_permute") == exchanges * rounds * (chunks + 1)

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxgraph.comm.adaptive import Adaptive, AssignConfig
+from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.pipegcn import PipeGCN
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.models import make_model
@@ -126,7 +126,8 @@ def test_quantized_stale_halos_stay_within_one_quantization_step(bits):
 
 
 def _adaptive(period=2, chunks=0):
-    return PipeGCN(quantize=Adaptive(AssignConfig(solver="frontier"), period=period, chunks=chunks))
+    assign = AssignConfig(solver="frontier")
+    return PipeGCN(quantize="adaptive", period=period, chunks=chunks, assign=assign)
 
 
 def test_adaptive_first_period_is_the_8_bit_exchange_bit_for_bit():
@@ -210,12 +211,12 @@ def test_names_and_bad_settings():
         make_strategy("pipegcn-x")
     with pytest.raises(ValueError, match="momentum must lie in"):
         PipeGCN(feature_momentum=1.0)
-    with pytest.raises(ValueError, match="needs the stale pipeline"):
+    with pytest.raises(ValueError, match="momenta smooth stale halos: they need stale = true"):
         PipeGCN(stale=False, gradient_momentum=0.9)
-    with pytest.raises(ValueError, match="quantize must be None, 2, 4, 8, 32 or an Adaptive"):
+    with pytest.raises(ValueError, match="pipegcn.quantize must be none, 2, 4, 8 or 32"):
         PipeGCN(quantize=3)
-    with pytest.raises(ValueError, match="PipeGCN's need stale=True"):
-        PipeGCN(stale=False, quantize=Adaptive())
+    with pytest.raises(ValueError, match="'adaptive' needs stale = true"):
+        PipeGCN(stale=False, quantize="adaptive")
     assert _adaptive().name == "pipegcn-qadaptive"
     assert PipeGCN(quantize=4).name == "pipegcn-q4"
     assert PipeGCN(stale=False, quantize=8).name == "pipegcn-sync-q8"

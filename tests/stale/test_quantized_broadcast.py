@@ -220,8 +220,8 @@ def test_quantized_skipg_reuses_its_decoded_sum_and_counts_quantized_bytes():
 
 
 def test_spellings_and_widths():
-    assert parse_method("cagnet-q4").strategy(epochs=10).quantize == 4
-    sancus = parse_method("sancus-h0.04-eclip1-q8").strategy(epochs=10)
+    assert parse_method("cagnet-q4").quantize == 4
+    sancus = parse_method("sancus-h0.04-eclip1-q8")
     assert (sancus.quantize, sancus.embedding_grad_clip) == (8, 1.0)
     assert sancus.name == "sancus-h0.04-eclip1-q8"
     with pytest.raises(ValueError, match="cagnet.quantize must be none, 2, 4, 8 or 32"):
@@ -232,7 +232,7 @@ def test_spellings_and_widths():
         Sancus(quantize="adaptive", quantize_grad=4)
     assert CAGNET(quantize=8, quantize_grad=4).name == "cagnet-q8g4"
     assert parse_method("cagnet-q8g4") == CAGNET(quantize=8, quantize_grad=4)
-    assert parse_method("skipg-q2").strategy(epochs=10).name == "skipg-q2"
+    assert parse_method("skipg-q2").name == "skipg-q2"
 
 
 def test_widths_per_owner_are_unbiased_and_equal_widths_are_the_single_width_path():

@@ -160,12 +160,40 @@ def test_configs_round_trip_through_json(method):
     assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
 
-def test_a_method_builds_the_strategy_it_describes():
-    adaqp = make_strategy(AdaQP(AssignConfig(lam=0.2), period=0, chunks=3), epochs=50)
-    assert (adaqp.period, adaqp.chunks, adaqp.config.lam, adaqp.squares) == (10, 3, 0.2, False)
-    assert make_strategy(AdaQP(score="squares"), epochs=10).squares
-    rand = make_strategy(Quantized("random", widths=(2, 4), period=7, chunks=1), epochs=50)
-    assert (rand.bits, rand.widths, rand.period, rand.chunks) == ("random", (2, 4), 7, 1)
+def _plan(num_parts):
+    from jaxgraph.partition import build_halo_plan, partition_graph
+
+    from graph_cases import random_graph
+
+    graph = random_graph(n=60, avg_deg=4, seed=1)
+    parts = partition_graph(graph, num_parts, method="metis", seed=0)
+    return build_halo_plan(graph, parts, num_parts=num_parts)
+
+
+def test_a_method_is_its_exchange_and_its_controller_takes_the_run():
+    """The run's length resolves a period of 0, its model the aggregation, its seed the
+    draws; the backend's default layout a chunks of None."""
+    from jaxgraph.comm.method import RunInfo
+    from jaxgraph.partition.buckets import default_chunks
+
+    plan, dims = _plan(4), (8, 8)
+    adaqp = AdaQP(AssignConfig(lam=0.2), period=0, chunks=3)
+    assert make_strategy(adaqp, epochs=50) is adaqp
+    ctl = adaqp.controller(plan, dims, run=RunInfo(epochs=50, model="sage"))
+    assert (ctl.period, ctl.chunks, ctl.config.lam, ctl.squares, ctl.norm) == (
+        10,
+        3,
+        0.2,
+        False,
+        "mean",
+    )
+    assert AdaQP(score="squares").controller(plan, dims, run=RunInfo(epochs=10)).squares
+    assert AdaQP().controller(plan, dims).chunks == default_chunks()
+    rand = Quantized("random", widths=(2, 4), period=7, chunks=1)
+    ctl = rand.controller(plan, dims, run=RunInfo(epochs=50, seed=4))
+    assert (ctl.period, ctl.seed, ctl.chunks) == (7, 4, 1)
+    with pytest.raises(ValueError, match=r"lookahead \(5 epochs\) must be shorter than the"):
+        make_strategy(AdaQP(AssignConfig(lookahead=5)), epochs=20)  # period 20 // 5 = 4
     sancus = make_strategy("sancus-h0.04-w20-clip1.5", epochs=50)
     assert sancus.staleness == StalenessPolicy("gap", 0.04, 20)
     assert sancus.local_grad_clip == 1.5 and sancus.embedding_grad_clip is None
@@ -199,7 +227,6 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
     """``-q<bits>`` on any PipeGCN spelling, ``quantize`` in a config section, ``--quantize``
     on the command line (an error with any other method)."""
     from jaxgraph.cli import main
-    from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
 
     for text, method in (
         ("pipegcn-q4", PipeGCN(quantize=4)),
@@ -207,9 +234,7 @@ def test_pipegcn_quantize_spelling_config_and_flag(capsys):
         ("pipegcn-sync-q32", PipeGCN(stale=False, quantize=32)),
     ):
         assert parse_method(text) == method and method.label() == text
-    assert method_from_dict({"pipegcn": {"quantize": 2}}).strategy(epochs=1) == (
-        PipeGCNExchange(quantize=2)
-    )
+    assert method_from_dict({"pipegcn": {"quantize": 2}}) == PipeGCN(quantize=2)
     with pytest.raises(ValueError, match="pipegcn.quantize must be none, 2, 4, 8 or 32"):
         PipeGCN(quantize=3)
     with pytest.raises(ValueError, match="unknown method 'pipegcn-q3'"):
@@ -227,8 +252,8 @@ def test_adaqp_bfloat16_parameters_spelling_config_and_flag(capsys):
     method = parse_method("adaqp-bf16")
     assert method == AdaQP(param_dtype="bfloat16") and method.label() == "adaqp-bf16"
     section = {"adaqp": {"param_dtype": "bfloat16", "period": 5}}
-    assert method_from_dict(section).strategy(epochs=50).param_dtype == "bfloat16"
-    assert AdaQP().strategy(epochs=50) != AdaQP(param_dtype="bfloat16").strategy(epochs=50)
+    assert method_from_dict(section).param_dtype == "bfloat16"
+    assert AdaQP() != AdaQP(param_dtype="bfloat16")  # another exchange, another step
     with pytest.raises(ValueError, match="adaqp.param_dtype must be one of"):
         AdaQP(param_dtype="half")
     argv = ["train", "--dataset", "nope", "--method", "adaqp", "--param-dtype", "bfloat16"]
@@ -241,17 +266,19 @@ def test_pipegcn_adaptive_widths_spelling_config_and_flags(capsys):
     section, ``--quantize adaptive`` with ``--assign-period`` / ``--lam``; those fields on a
     fixed-width PipeGCN are an error naming the spelling that takes them."""
     from jaxgraph.cli import main
-    from jaxgraph.comm.adaptive import Adaptive, AssignConfig
-    from jaxgraph.comm.pipegcn import PipeGCN as PipeGCNExchange
+    from jaxgraph.comm.adaptive import AssignConfig
+    from jaxgraph.comm.method import RunInfo
 
     method = parse_method("pipegcn-qadaptive")
     assert method == PipeGCN(quantize="adaptive") and method.label() == "pipegcn-qadaptive"
     section = {"pipegcn": {"quantize": "adaptive", "period": 5, "assign": {"lam": 0.9}}}
-    strategy = method_from_dict(section).strategy(epochs=50, seed=2)
-    assert strategy == PipeGCNExchange(
-        quantize=Adaptive(AssignConfig(lam=0.9), period=5, seed=2, chunks=strategy.quantize.chunks)
-    )
-    assert PipeGCN(quantize="adaptive").strategy(epochs=50).quantize.period == 10  # epochs // 5
+    method = method_from_dict(section)
+    assert method == PipeGCN(quantize="adaptive", period=5, assign=AssignConfig(lam=0.9))
+    plan = _plan(4)
+    controller = method.controller(plan, (8, 8), run=RunInfo(epochs=50))
+    assert (controller.period, controller.config.lam) == (5, 0.9)
+    controller = PipeGCN(quantize="adaptive").controller(plan, (8, 8), run=RunInfo(epochs=50))
+    assert controller.period == 10  # epochs // 5
     with pytest.raises(ValueError, match="needs stale = true"):
         parse_method("pipegcn-sync-qadaptive")
     with pytest.raises(ValueError, match="pipegcn.period applies to quantize='adaptive' only"):
@@ -268,7 +295,6 @@ def test_quantized_param_dtype_spelling_config_and_flag(capsys, tmp_path):
     """bfloat16 row parameters: ``-bf16`` on a quantized spelling, ``param_dtype`` in the
     config section, ``--param-dtype`` on the command line; a wrong value names the field."""
     from jaxgraph.cli import main
-    from jaxgraph.comm.quantized import Quantized as QuantizedExchange
 
     for text, method in (
         ("quant-4-bf16", Quantized(4, param_dtype="bfloat16")),
@@ -276,10 +302,8 @@ def test_quantized_param_dtype_spelling_config_and_flag(capsys, tmp_path):
     ):
         assert parse_method(text) == method and method.label() == text
     section = {"quantized": {"bits": 2, "param_dtype": "bfloat16"}}
-    assert method_from_dict(section).strategy(epochs=1) == QuantizedExchange(
-        2, param_dtype="bfloat16"
-    )
-    assert QuantizedExchange(2, param_dtype="bfloat16") != QuantizedExchange(2)
+    assert method_from_dict(section) == Quantized(2, param_dtype="bfloat16")
+    assert Quantized(2, param_dtype="bfloat16") != Quantized(2)
     path = tmp_path / "run.toml"
     path.write_text("[method.quantized]\nbits = 4\nparam_dtype = 'bfloat16'\n")
     assert load_config(path).method == Quantized(4, param_dtype="bfloat16")
