@@ -12,6 +12,7 @@ from jaxgraph.embed.corpus import (
     corpus_counts,
     keep_probability,
     negative_weights,
+    pairs_per_walk,
     skipgram_pairs,
 )
 from jaxgraph.embed.walks import PAD, Walks
@@ -136,3 +137,16 @@ def test_alias_table_samples_the_distribution():
 def test_bad_window():
     with pytest.raises(ValueError, match="window must be >= 1"):
         skipgram_pairs(_walks([[0, 1]]), [0], np.ones(2), 0, KEY)
+
+
+def test_single_token_corpus_is_subsampled_by_the_formula():
+    """T = 1: the lone token's keep probability is (sqrt(1 / s) + 1) s, not 1."""
+    np.testing.assert_allclose(keep_probability([1, 0], 1e-3), [(1000**0.5 + 1) * 1e-3, 1.0])
+
+
+def test_no_walks_give_no_pairs_and_walk_ids_must_match():
+    empty = Walks(np.zeros((0, 4), np.int32), np.zeros(0, np.int32))
+    inputs, outputs = skipgram_pairs(empty, np.zeros(0, np.int64), np.ones(3), 2, np.uint64(1))
+    assert inputs.shape == outputs.shape == (0,)
+    with pytest.raises(ValueError, match="walk_ids must have one id per walk"):
+        pairs_per_walk(_walks([[0, 1]]), np.zeros(2, np.int64), np.ones(3), 2, np.uint64(1))

@@ -305,3 +305,41 @@ class _Recording:
 
     def rows(self, num_nodes):
         return self._sync.rows(num_nodes)
+
+
+def test_selections_are_int32_and_empty_without_nodes():
+    rng = np.random.default_rng(0)
+    for counts in (np.zeros(0, np.int64), np.array([4])):
+        got = select_hotspots(counts, rng)
+        assert got.dtype == np.int32 and got.tolist() == list(range(counts.size))
+    assert select_hottest(np.array([1, 5, 3]), 2, rng).dtype == np.int32
+    assert RandomSync(num_rows=2).select(np.array([1, 5, 3]), rng).dtype == np.int32
+
+
+def test_block_draws_are_independent_across_blocks():
+    """Two blocks of two equal counts: each pick is a fair coin, and the two coins differ in
+    about half of the draws (one shared uniform would always pick the same position)."""
+    counts = np.array([5, 5, 3, 3])
+    rng = np.random.default_rng(2)
+    draws = np.array([select_hotspots(counts, rng) for _ in range(400)])  # [400, 2]
+    same_position = (draws[:, 0] == 0) == (draws[:, 1] == 2)
+    assert 0.35 < same_position.mean() < 0.65  # 400 fair coins: 3 std is 0.075
+
+
+def test_selection_padded_to_every_row_is_a_full_merge():
+    """17 hottest of 18 rows pad to ``padded_size(17) = 18`` rows: the plan merges everything;
+    of 40 rows it merges 18, the padding repeating the first selected row."""
+    counts = np.arange(40)[::-1].copy()  # node i has the (i+1)-th largest count
+    sync = HotspotSync(num_rows=17, full_every=None)
+    assert sync.plan(counts[:18], counts[:18], 0, 0) == SyncPlan(None, 18, 36)
+    plan = sync.plan(counts, counts, 0, 0)
+    assert plan.selected == 17 and plan.rows == 36
+    np.testing.assert_array_equal(plan.index, list(range(17)) + [0])
+
+
+def test_share_budget_rounds_up_to_at_least_one_row():
+    assert HotspotSync(num_rows=0.01).budget(50) == 1  # 0.5 rows
+    assert HotspotSync(num_rows=0.05).budget(300) == 15
+    assert HotspotSync(num_rows=0.05).budget(301) == 16
+    assert HotspotSync().budget(50) is None
+    assert HotspotSync().rows(10) == RandomSync().rows(10) == 20  # both tables, every row

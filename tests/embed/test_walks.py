@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxgraph.embed.walks import PAD, WalkConfig, Walks, out_csr, random_walks
+from jaxgraph.embed.walks import (
+    PAD,
+    WalkConfig,
+    Walks,
+    check_node_ids,
+    out_csr,
+    random_walks,
+    walk_throughput,
+)
 from jaxgraph.graph import Graph
 
 from graph_cases import ALL_CASES, directed, power_law
@@ -131,3 +139,28 @@ def test_empty_start_set_and_errors():
         WalkConfig(walk_length=0)
     with pytest.raises(ValueError, match=r"q must be a finite number > 0 \(node2vec\), got 0.0"):
         WalkConfig(kind="node2vec", q=0.0)
+
+
+def test_check_node_ids_returns_int32_and_names_the_problem():
+    ids = check_node_ids(np.array([0, 4, 2], np.int64), 5)
+    assert ids.dtype == np.int32 and ids.tolist() == [0, 4, 2]
+    assert check_node_ids([], 5).shape == (0,)  # an empty list is float64, and allowed
+    with pytest.raises(ValueError, match=r"seeds must be one-dimensional, got shape \(1, 2\)"):
+        check_node_ids([[0, 1]], 5, "seeds")
+    with pytest.raises(ValueError, match="node ids must be integers, got dtype float64"):
+        check_node_ids([0.0, 1.0], 5)
+    with pytest.raises(ValueError, match=r"node ids\[2\] = -1 is not a node id in \[0, 5\)"):
+        check_node_ids([0, 1, -1, 7], 5)
+    with pytest.raises(ValueError, match=r"node ids\[0\] = 5 is not"):
+        check_node_ids([5], 5)
+
+
+def test_walk_throughput_counts_one_walk_per_node_with_out_edges():
+    # 0 -> 1 -> 2 -> 0 and 3 -> 0; node 4 has no out-edge: 4 walks of 5 nodes, none cut short.
+    g = Graph.from_edges([0, 1, 2, 3], [1, 2, 0, 0], num_nodes=5, symmetrize=False)
+    got = walk_throughput(g, WalkConfig(walk_length=5), repeats=2)
+    assert set(got) == {"walks", "tokens", "seconds", "walks_per_s", "tokens_per_s"}
+    assert got["walks"] == 4.0 and got["tokens"] == 20.0
+    assert got["seconds"] > 0
+    assert got["walks_per_s"] == pytest.approx(4.0 / got["seconds"])
+    assert got["tokens_per_s"] == pytest.approx(20.0 / got["seconds"])

@@ -342,3 +342,14 @@ def test_random_small_graphs(n, num_parts, directed, keep_loops, pad, seed):
     plan = build_halo_plan(graph, parts, num_parts=num_parts, pad_multiple=pad)
     _check_plan(graph, parts, plan)
     _check_aggregation(graph, plan)
+
+
+def test_one_node_per_part_has_one_local_row_and_halo_offsets_add_round_rows():
+    # 0 <-> 1 <-> 2 on three parts: each part holds one node (Nl = 1) and needs its neighbours.
+    g = Graph.from_edges([0, 1], [1, 2], num_nodes=3, symmetrize=True)
+    plan = build_halo_plan(g, np.array([0, 1, 2]))
+    assert plan.num_local_rows == 1
+    assert plan.round_rows == (1, 1)  # round 1: 0 -> 1, 1 -> 2; round 2: 2 -> 1 (2 = 1 + 2 mod 3)
+    assert plan.halo_offsets() == (0, 1, 2)
+    padded = build_halo_plan(g, np.array([0, 1, 2]), pad_multiple=4)
+    assert padded.halo_offsets() == (0, 4, 8) and padded.num_local_rows == 4
