@@ -52,7 +52,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jaxgraph.comm.broadcast import broadcast_bytes  # noqa: E402
-from jaxgraph.comm.stale import Sancus, SkipG, decision_bytes, table_bytes  # noqa: E402
+from jaxgraph.comm.sancus import Sancus  # noqa: E402
+from jaxgraph.comm.skipg import SkipG  # noqa: E402
+from jaxgraph.comm.staleness import decision_bytes, table_bytes  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.partition.blockhalo import build_block_halo_plan  # noqa: E402

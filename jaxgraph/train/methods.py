@@ -12,9 +12,11 @@ construction with errors that name the field and its allowed values:
                 (:mod:`jaxgraph.comm.adaptive`)
 ``PipeGCN``     the ring exchange one epoch stale, optionally smoothed
                 (:mod:`jaxgraph.comm.pipegcn`)
-``CAGNET``      1D block-row broadcasts (:mod:`jaxgraph.comm.stale`, as the next two)
+``CAGNET``      1D block-row broadcasts (:mod:`jaxgraph.comm.cagnet`)
 ``Sancus``      skip-broadcast under a staleness bound, with local gradient clipping
+                (:mod:`jaxgraph.comm.sancus`)
 ``SkipG``       broadcasts every epoch, gradient reductions skipped under a bound
+                (:mod:`jaxgraph.comm.skipg`)
 ==============  ===================================================================
 
 A :class:`~jaxgraph.train.config.TrainConfig` holds one of them. A config file names it as a
@@ -37,10 +39,12 @@ method needs of the run (its length, seed and model) reaches its host half throu
 from __future__ import annotations
 
 from jaxgraph.comm.adaptive import AdaQP
+from jaxgraph.comm.cagnet import CAGNET
 from jaxgraph.comm.method import METHOD_TYPES, Method, RunInfo, register_method
 from jaxgraph.comm.pipegcn import PipeGCN
 from jaxgraph.comm.quantized import Quantized
-from jaxgraph.comm.stale import CAGNET, Sancus, SkipG
+from jaxgraph.comm.sancus import Sancus
+from jaxgraph.comm.skipg import SkipG
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.configfile import from_dict
 

@@ -18,9 +18,10 @@ from jaxgraph.comm.blockwidths import (
     choose_widths,
     tree_seconds,
 )
+from jaxgraph.comm.cagnet import CAGNET
 from jaxgraph.comm.costmodel import CostModel
 from jaxgraph.comm.method import RunInfo
-from jaxgraph.comm.stale import CAGNET, Sancus
+from jaxgraph.comm.sancus import Sancus
 from jaxgraph.partition import partition_graph
 from jaxgraph.partition.blockhalo import build_block_halo_plan
 from jaxgraph.train import TrainConfig, train

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.cagnet import CAGNET
 from jaxgraph.comm.costmodel import CostModel
-from jaxgraph.comm.stale import CAGNET
 from jaxgraph.partition.blockhalo import build_block_halo_plan
 
 from graph_cases import power_law

@@ -9,19 +9,16 @@ from jax.sharding import PartitionSpec as P
 from test_stale_training import GRAPH, HIDDEN, _check_consistent, _setup
 
 from jaxgraph.comm.broadcast import tree_perm, tree_rounds
+from jaxgraph.comm.cagnet import CAGNET
 from jaxgraph.comm.qbroadcast import (
     block_bytes,
     decode_block,
     encode_block,
     quantized_blocks,
 )
-from jaxgraph.comm.stale import (
-    CAGNET,
-    Sancus,
-    SkipG,
-    decision_bytes,
-    table_bytes,
-)
+from jaxgraph.comm.sancus import Sancus
+from jaxgraph.comm.skipg import SkipG
+from jaxgraph.comm.staleness import decision_bytes, table_bytes
 from jaxgraph.mesh import make_mesh
 from jaxgraph.train.methods import parse_method
 

@@ -5,14 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from jaxgraph.comm.stale import (
-    CAGNET,
-    NOT_READ,
-    Sancus,
-    StalenessPolicy,
-    decide,
-    variation_gap,
-)
+from jaxgraph.comm.cagnet import CAGNET
+from jaxgraph.comm.sancus import Sancus
+from jaxgraph.comm.staleness import NOT_READ, StalenessPolicy, decide, variation_gap
 from jaxgraph.train import make_strategy
 
 

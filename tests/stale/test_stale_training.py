@@ -14,13 +14,10 @@ import optax
 import pytest
 
 from jaxgraph.comm.broadcast import broadcast_bytes
-from jaxgraph.comm.stale import (
-    CAGNET,
-    Sancus,
-    SkipG,
-    decision_bytes,
-    table_bytes,
-)
+from jaxgraph.comm.cagnet import CAGNET
+from jaxgraph.comm.sancus import Sancus
+from jaxgraph.comm.skipg import SkipG
+from jaxgraph.comm.staleness import decision_bytes, table_bytes
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from jaxgraph.comm.adaptive import AssignConfig
-from jaxgraph.comm.stale import StalenessPolicy
+from jaxgraph.comm.staleness import StalenessPolicy
 from jaxgraph.train import (
     CAGNET,
     AdaQP,

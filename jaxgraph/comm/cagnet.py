@@ -1,0 +1,150 @@
+"""CAGNET's 1D algorithm (Tripathy et al., SC'20): every block broadcast from its owner at
+every layer (:func:`~jaxgraph.comm.broadcast.all_blocks_by_broadcast`), the gradient partials
+reduced back to the owners along the same trees; optionally quantized
+(:mod:`jaxgraph.comm.blockrow`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+
+from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.blockrow import (
+    BLOCK_MODES,
+    GRAD_SPELLING,
+    absorb_block_traces,
+    block_controller,
+    block_trace_probes,
+    block_width_options,
+    check_block_plan,
+    check_block_widths,
+    fixed_widths,
+    quantize_label,
+    replace_layer,
+)
+from jaxgraph.comm.broadcast import all_blocks_by_broadcast, broadcast_bytes
+from jaxgraph.comm.method import Method, match_spelling, parse_bits, parse_bits_or_mode
+from jaxgraph.comm.qbroadcast import block_tree_bytes, quantized_blocks, quantized_broadcast_bytes
+from jaxgraph.comm.quantized import row_range_variance
+from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.options import flag
+
+
+@dataclasses.dataclass(frozen=True)
+class CAGNET(Method, CommStrategy):
+    """1D block-row training: every block broadcast from its owner at every layer, in both
+    passes (CAGNET's 1D algorithm).
+
+    Attributes:
+      quantize: ``None`` (fp32 blocks), or ``2``, ``4``, ``8``: the blocks and the backward
+        gradient sums travel stochastically quantized at that width
+        (:mod:`jaxgraph.comm.qbroadcast`); ``32``: the same byte path, exact. ``"random"`` or
+        ``"adaptive"``: a width per owner block, layer and direction, as :class:`Sancus`'s
+        (every layer, the first included: CAGNET quantizes its data rows too).
+      quantize_grad: the width of the backward gradient sums under a fixed ``quantize``
+        (default: ``quantize``).
+      period, assign: as :class:`Sancus`'s, for ``quantize="random"`` or ``"adaptive"`` only.
+    """
+
+    quantize: int | Literal["random", "adaptive"] | None = None
+    quantize_grad: int | None = None
+    period: int = flag("--assign-period", 0)
+    assign: AssignConfig = AssignConfig()
+
+    key: ClassVar[str] = "cagnet"
+    spellings: ClassVar[str] = "cagnet[-q<bits>[g<bits>]|-qrandom|-qadaptive]"
+    layout: ClassVar[str] = "block"
+    modes: ClassVar[tuple[str, ...]] = ("quantize",)
+
+    @classmethod
+    def parse(cls, text: str) -> CAGNET | None:
+        g = match_spelling(rf"cagnet(?:-q(?P<q>2|4|8|32|random|adaptive){GRAD_SPELLING})?", text)
+        return None if g is None else cls(parse_bits_or_mode(g["q"]), parse_bits(g["g"]))
+
+    @classmethod
+    def taker(cls, field: str) -> str:
+        return "cagnet-q<random|adaptive>" if field in ("period", "assign") else cls.key
+
+    def __post_init__(self):
+        check_block_widths("cagnet", self)
+
+    def options(self) -> tuple[str, ...]:
+        return block_width_options(self, super().options())
+
+    def label(self) -> str:
+        return "cagnet" + quantize_label(self)
+
+    @property
+    def name(self) -> str:
+        return self.label()
+
+    def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The layers whose broadcasts are quantized: all of them."""
+        return tuple(range(num_layers)) if self.quantize is not None else ()
+
+    def controller(self, plan, layer_dims, *, cost=None, run=None):
+        return block_controller(self, plan, layer_dims, cost, run)
+
+    def init_state(self, plan, layer_dims, *, epoch=0):
+        check_block_plan(plan, "CAGNET")
+        # Widths per block: a state per layer, which the controller fills with the widths.
+        return tuple({} for _ in layer_dims) if self.quantize in BLOCK_MODES else {}
+
+    def exchange(
+        self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
+    ):
+        b, f = h_local.shape
+        # Over the P trees every device sends P - 1 blocks forward and P - 1 back (the first
+        # layer's input is data: no backward pass).
+        if self.quantize is None or num_parts == 1:
+            halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=num_parts)
+            _, total = broadcast_bytes((b, f), num_parts, h_local.dtype.itemsize)
+            passes = 1 if layer == 0 else 2
+            return halo, comm_state, jnp.float32(passes * total)
+        if key is None:
+            raise ValueError("a quantized broadcast needs a PRNG key")
+        per_block = self.quantize in BLOCK_MODES
+        st = comm_state[layer] if per_block else {}
+        bits, grad_bits = (st["widths"].fwd, st["widths"].bwd) if per_block else fixed_widths(self)
+        halo, _ = quantized_blocks(
+            h_local,
+            None,
+            None,
+            key,
+            bits=bits,
+            grad_bits=grad_bits,
+            axis_name=axis_name,
+            num_parts=num_parts,
+            probe=probe,
+        )
+        if per_block:  # what this device sends in every source's tree, at that tree's width
+            per_rank, per_source = block_tree_bytes(b, f, num_parts, bits, grad_bits)
+            i = jax.lax.axis_index(axis_name)
+            rel = (i - jnp.arange(num_parts)) % num_parts  # this device's rank in each tree
+            forward = jnp.sum(jnp.asarray(per_rank, jnp.float32)[jnp.arange(num_parts), rel])
+            # Every device but the owner sends one hop of each block's reduction.
+            per_source = jnp.asarray(per_source, jnp.float32)
+            backward = jnp.sum(per_source) - per_source[i]
+        else:
+            _, forward = quantized_broadcast_bytes(b, f, num_parts, bits)
+            _, backward = quantized_broadcast_bytes(b, f, num_parts, grad_bits)
+        nbytes = jnp.float32(forward + (0 if layer == 0 else backward))
+        if "trace" in st:  # adaptive widths: this block's row variances (always broadcast)
+            new = {
+                **st,
+                "trace": {**st["trace"], "fwd": st["trace"]["fwd"] + row_range_variance(h_local)},
+            }
+            comm_state = replace_layer(comm_state, layer, new)
+        return halo.reshape(-1, f), comm_state, nbytes
+
+    def probes(self, comm_state, num_layers):
+        return block_trace_probes(comm_state)
+
+    def absorb_probes(self, comm_state, probe_grads):
+        return absorb_block_traces(comm_state, probe_grads)
+
+
+__all__ = ["CAGNET"]
