@@ -42,9 +42,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from adaqp_table import data_config  # noqa: E402
 
-from jaxgraph.comm.adaptive import AdaQP, AssignConfig, projected_comm_time  # noqa: E402
+from jaxgraph.comm.adaptive import AssignConfig  # noqa: E402
+from jaxgraph.comm.adaqp import AdaQP  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
 from jaxgraph.comm.method import RunInfo  # noqa: E402
+from jaxgraph.comm.projection import projected_comm_time  # noqa: E402
 from jaxgraph.comm.quantized import Quantized  # noqa: E402
 from jaxgraph.comm.strategy import Vanilla  # noqa: E402
 from jaxgraph.comm.wirebytes import byte_report  # noqa: E402

@@ -47,11 +47,11 @@ from jaxgraph.comm.adaptive import (  # noqa: E402
     PROJECTION_PRESETS,
     AssignConfig,
     first_width,
-    projected_comm_time,
 )
 from jaxgraph.comm.assign import SOLVERS  # noqa: E402
 from jaxgraph.comm.costmodel import CostModel  # noqa: E402
 from jaxgraph.comm.method import RunInfo  # noqa: E402
+from jaxgraph.comm.projection import projected_comm_time  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.partition.buckets import BitAssignment, default_chunks  # noqa: E402

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 from adaqp_table import data_config
 
-from jaxgraph.comm.adaptive import AdaQP, AssignConfig
+from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.adaqp import AdaQP
 from jaxgraph.comm.method import RunInfo
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph

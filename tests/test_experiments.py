@@ -502,8 +502,9 @@ def test_adaqp_table_projects_the_widths_the_run_used():
         import adaqp_table
     finally:
         sys.path.remove(str(EXPERIMENTS))
-    from jaxgraph.comm.adaptive import AssignConfig, projected_comm_time
+    from jaxgraph.comm.adaptive import AssignConfig
     from jaxgraph.comm.costmodel import CostModel
+    from jaxgraph.comm.projection import projected_comm_time
     from jaxgraph.partition import build_halo_plan, partition_graph
     from jaxgraph.partition.buckets import BitAssignment
     from jaxgraph.train import AdaQP, DataConfig, Quantized, TrainConfig

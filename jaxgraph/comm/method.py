@@ -155,5 +155,3 @@ def parse_bits(value) -> int | None:
 
 def parse_bits_or_mode(value: str | None) -> int | str | None:
     return value if value in ("random", "adaptive") else parse_bits(value)
-
-

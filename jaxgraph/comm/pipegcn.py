@@ -26,31 +26,19 @@ but a layer never waits for this step's messages:
   before dropout; here that order is kept for the pipeline only, since it changes the
   accumulation order of a row's gradient terms and so the last bits).
 
-``comm_state`` is a tuple over layers; each entry holds, per device:
+``comm_state`` per layer and device: ``halo: f32[H, F]``, the halo rows (or their average)
+for the next step, and after the first layer ``grad: f32[Nl, F]``, the received halo gradients
+scatter-added onto the local rows (or their average: averaging per peer and after the
+scatter-add are the same linear map); empty with ``stale=False``.
 
-- ``halo: f32[H, F]`` the halo rows (or their average) to use at the next step;
-- ``grad: f32[Nl, F]`` the received halo gradients (or their average), scatter-added onto
-  this device's local rows, to inject at the next step (not at layer 0, whose input is data
-  and is never differentiated).
-
-Averaging per peer and averaging after the scatter-add are the same linear map, so one
-``[Nl, F]`` buffer serves the gradient average too. With ``stale=False`` the state is empty.
-
-- **Quantized** (``quantize=b``): the stale halo rows and the halo gradients travel
-  stochastically quantized at ``b`` bits, with the kernels, wire format and byte accounting of
-  the quantized exchange (:func:`~jaxgraph.comm.quantized.quantized_halo`, its backward
-  counterpart :func:`~jaxgraph.comm.quantized.quantized_halo_gradient`); one fixed layout per
-  layer and direction lives in ``comm_state`` (``fwd``, ``bwd``). ``quantize=32`` takes the
-  same byte path with exact rows: it trains as the fp32 ring to rounding (tested). What is
-  stored for the next step is what the receiver decoded.
-- **Adaptive widths** (``quantize="adaptive"``): AdaQP's widths per message group
-  (:mod:`jaxgraph.comm.adaptive`) for the stale messages. The step traces each halo row it
-  sends (:func:`~jaxgraph.comm.quantized.row_range_variance`, at the sender) and each halo
-  gradient row it sends back (through the probe, beside the gradient); every period
-  :class:`StaleAdaptiveController` solves AdaQP's program from those traces and installs the
-  new layouts, keeping the stale buffers: the next step reads what was received under the
-  old widths. ``comm_state`` is then AdaQP's (``fwd``, ``bwd``, ``bits``, ``trace``) with the
-  per-layer buffers under ``pipe``; the first period runs at uniform 8 bits, as AdaQP's.
+- **Quantized** (``quantize=b``): the stale rows and gradients travel at ``b`` bits with the
+  kernels, wire format and byte accounting of :mod:`jaxgraph.comm.quantized`, one fixed
+  layout per layer and direction in ``comm_state``; what is stored is what the receiver
+  decoded; ``b = 32`` trains as the fp32 ring to rounding.
+- **Adaptive widths** (``quantize="adaptive"``): AdaQP's widths per message group for the
+  stale messages; the step traces the rows and gradient rows it sends, and every period
+  :class:`StaleAdaptiveController` solves AdaQP's program from them and installs the new
+  layouts, keeping the stale buffers (under ``pipe`` beside AdaQP's state).
 
 Bytes: the same ring as Vanilla, forward at every layer and backward at layers after the
 first; staleness hides the transfers behind computation but does not shrink them;
@@ -67,7 +55,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.adaptive import (
-    AdaptiveController,
     AssignConfig,
     check_adaptive,
     check_adaptive_run,
@@ -75,6 +62,7 @@ from jaxgraph.comm.adaptive import (
     trace_sent_rows,
     zero_trace_probe,
 )
+from jaxgraph.comm.adaqp import AdaptiveController
 from jaxgraph.comm.method import (
     Method,
     RunInfo,
@@ -176,7 +164,7 @@ class PipeGCN(Method, CommStrategy):
         ``"adaptive"``: widths per message group re-solved every ``period`` epochs by AdaQP's
         program from the stale messages' traces (needs ``stale``).
       period, assign, chunks, score: the adaptive widths' settings, as
-        :class:`~jaxgraph.comm.adaptive.AdaQP`'s; they apply to ``quantize="adaptive"`` only.
+        :class:`~jaxgraph.comm.adaqp.AdaQP`'s; they apply to ``quantize="adaptive"`` only.
     """
 
     stale: bool = True
@@ -438,7 +426,7 @@ class PipeGCN(Method, CommStrategy):
 
 
 class StaleAdaptiveController(AdaptiveController):
-    """AdaQP's controller (:class:`~jaxgraph.comm.adaptive.AdaptiveController`) for PipeGCN
+    """AdaQP's controller (:class:`~jaxgraph.comm.adaqp.AdaptiveController`) for PipeGCN
     with adaptive widths: it gathers the stale messages' traces, solves and installs each
     period's assignment as for the synchronous ring, and carries the pipeline's buffers
     (stale halos and gradients) across the change of widths: what was received under the

@@ -38,7 +38,7 @@ method needs of the run (its length, seed and model) reaches its host half throu
 
 from __future__ import annotations
 
-from jaxgraph.comm.adaptive import AdaQP
+from jaxgraph.comm.adaqp import AdaQP
 from jaxgraph.comm.cagnet import CAGNET
 from jaxgraph.comm.method import METHOD_TYPES, Method, RunInfo, register_method
 from jaxgraph.comm.pipegcn import PipeGCN

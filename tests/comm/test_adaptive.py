@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxgraph.comm.adaptive import (
-    AssignConfig,
-    _bits_from_channels,
-    _channel_rows,
-    _channels,
-    aggregation_scores,
-    projected_comm_time,
-)
+from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores
+from jaxgraph.comm.adaqp import _bits_from_channels, _channel_rows, _channels
+from jaxgraph.comm.projection import projected_comm_time
 from jaxgraph.comm.quantized import quantized_ring_exchange, row_range_variance
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model

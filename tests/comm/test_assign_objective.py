@@ -24,7 +24,8 @@ import itertools
 import numpy as np
 import pytest
 
-from jaxgraph.comm.adaptive import AdaQP, AssignConfig
+from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.adaqp import AdaQP
 from jaxgraph.comm.assign import BITS, Channel, assign_bits
 from jaxgraph.comm.costmodel import CostModel
 from jaxgraph.graph import Graph

@@ -25,29 +25,9 @@ Every row of a group gets the group's width.
 ``V_n``/``V_u`` is the variance with every group at the narrowest/widest width, ``T_n`` =
 ``sum_r max_c t_c(widest)`` and ``T_u = sum_r max_c t_c(narrowest)``.
 
-Differences from AdaQP, on purpose:
-
-* ``MB`` counts the group's real rows ``n_j`` (AdaQP uses ``group_size`` for the partial last
-  group too) and the 8 bytes of fp32 ``(scale, lo)`` per row that
-  :func:`jaxgraph.partition.buckets.wire_bytes` puts on the wire. The per-bucket rounding of packed
-  codes up to whole bytes (at most ``D`` bytes per bucket) is left out, which keeps the model
-  linear.
-* ``T_u`` is the achievable lower bound ``sum_r max_c`` (AdaQP: the looser ``sum_r min_c``).
-* A channel with no rows sends nothing: it has no constraint and adds no ``gamma`` (AdaQP posts
-  every pair). A round none of whose channels carries rows has no ``Z_r``.
-* Zero denominators are guarded (AdaQP divides unguarded): if every weight is zero
-  (``V_n == V_u``) the variance term is dropped; if ``T_n - T_u <= 1e-12 T_n`` (no transfer time
-  to trade, e.g. ``theta = 0``) the time term is dropped. Whenever the time term carries no
-  weight (``lam = 1`` or dropped) every group gets the widest width, which is optimal (groups of
-  zero weight are indifferent and get it too): a fast path without the solver, as is a single
-  width choice. With only the variance term dropped (all weights zero, ``lam < 1``) the solver
-  minimizes the time alone.
-* At ``lam = 0`` only each round's slowest channel counts and the other channels' widths are
-  ties, resolved by the solver; a small ``lam > 0`` instead fills the slack under each round's
-  bottleneck with the widest widths that fit.
-* The solver (HiGHS through cvxpy) always runs with a time limit and a relative MIP gap. The
-  best integer solution found under the limit is accepted; without one, or without the solver,
-  the caller's fallback assignment is kept, with a :class:`SolverFallbackWarning`.
+Where it differs from AdaQP on purpose (real row counts, a tighter ``T_u``, empty channels,
+guarded denominators, ties at ``lam = 0``, a time-limited solver with a fallback) is listed in
+:mod:`.problem`.
 
 Modules: :mod:`.problem` (channels, groups, the program's model and its evaluation),
 :mod:`.milp` (the program for HiGHS through cvxpy, cached by structure), :mod:`.frontier`

@@ -8,8 +8,8 @@ program over the groups finds the least variance of every load exactly; the clas
 combined by Pareto-pruned sums. For a given ``Z_r`` each channel takes its frontier's least
 variance that fits; the round's objective is then a step function of ``Z_r`` plus ``a_time
 Z_r``, minimal at one of the channels' frontier times, all of which are scored. Cost
-``O(n^2 W)`` per class: 8-10 ms for a 258-group key (about 5 groups per channel) where HiGHS
-takes 0.08-1.2 s at a 1 % gap, 0.13 s for one channel of 1,000 groups.
+``O(n^2 W)`` per class (its time against HiGHS's: experiments/README.md, "The exact frontier
+solver").
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def _check_solver() -> None:
 @functools.lru_cache(maxsize=4)
 def _installed_solvers(query) -> tuple[str, ...]:
     """``query()`` (cvxpy's ``installed_solvers``), once per process: it probes every solver
-    interface (about 10 ms a call, on every re-assignment otherwise). Keyed by the function, so
+    interface (a cost on every re-assignment otherwise). Keyed by the function, so
     a replaced query (a test's missing solver) is asked anew."""
     return tuple(query())
 
@@ -52,8 +52,7 @@ class _Program:
     """The cvxpy program of one structure (groups, channels, costs in seconds) with the variance
     costs as a parameter. The program is DPP, so cvxpy canonicalizes it once; a later solve of
     the same structure (the next assignment of a run: same plan, same groups) only substitutes
-    the new costs, which saves most of cvxpy's share of a round's solve (about 12 of 22 ms for
-    37 groups).
+    the new costs, which saves most of cvxpy's share of a round's solve.
 
     Times are in units of ``unit`` (``T_n``), which keeps the constraint coefficients near 1:
     HiGHS drops matrix entries below 1e-9 (small_matrix_value), and NVLink-class seconds are
@@ -187,11 +186,10 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
     # as the only optimality stop (HiGHS's default absolute gap of 1e-6 is not small next to
     # a normalized objective).
     # threads = 1: the parallelism is across programs and rounds (:func:`_solve_all`'s pool);
-    # HiGHS's own workers on top of that oversubscribe the cores (SBM, P = 8, 2 cores: 0.50-0.54
-    # s per re-assignment with its default, 0.33-0.36 s with one thread, the same objectives;
-    # experiments/bench_assign.py). HiGHS keeps one scheduler per calling thread, sized by the first
-    # run on it, and refuses a later run asking for another size: hence the solves always run
-    # on the pool's own threads, never on the caller's.
+    # HiGHS's own workers on top of that oversubscribe the cores (the same objectives in less
+    # time with one thread: experiments/README.md, bench_assign.py). HiGHS keeps one scheduler
+    # per calling thread, sized by the first run on it, and refuses a later run asking for
+    # another size: hence the solves always run on the pool's own threads, never the caller's.
     options = {
         "time_limit": float(time_limit),
         "mip_rel_gap": float(mip_rel_gap),

@@ -51,10 +51,9 @@ from jaxgraph.comm.assign.problem import (
     objective_bounds,
 )
 
-# Programs of at most this many groups are solved whole: a HiGHS run has a fixed cost of a few
-# milliseconds, which there outweighs the search (Cora at P = 8, 52 groups per key: 7-23 ms
-# whole, 50 ms in 7 rounds); larger ones are solved round by round (SBM 10k, 258 groups:
-# 0.08-0.22 s by rounds against 0.11-0.36 s whole, at equal or better objectives).
+# Programs of at most this many groups are solved whole: a HiGHS run has a fixed cost, which
+# there outweighs the search; larger ones are solved round by round, at equal or better
+# objectives in less time (the timings: experiments/README.md, "Keys of more than 64 groups").
 JOINT_MAX_GROUPS = 64
 
 
