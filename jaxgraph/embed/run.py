@@ -8,7 +8,7 @@
   empty, after ``rounds`` rounds, or (option) by the stop-ratio rule.
 * ``deepwalk`` / ``node2vec``: the baselines without feedback: ``rounds`` rounds from all nodes,
   with the same walker, the same trainer and the same learning-rate schedule, so the effect of
-  the feedback is measured on equal terms.
+  the feedback is compared on equal terms.
 
 Defaults come in named presets (:func:`preset`, :data:`PRESETS` says what each sets):
 ``"published"``, :class:`EmbedConfig`'s own (DeepWalk's published settings with the row cap
@@ -20,7 +20,8 @@ pair, the largest row norm (both checked against their healthy range,
 :mod:`jaxgraph.embed.health`) and the time of each phase; the programs are compiled before the
 first round and their compile time is reported apart.
 
-CPU-sized run (BlogCatalog, about a minute per baseline round on 2 cores)::
+CPU-sized run (BlogCatalog; its time per round: experiments/README.md, "Random walks and
+embeddings")::
 
     jaxgraph embed --dataset blogcatalog --method felog --preset cpu --out runs/blog_felog
 
@@ -234,23 +235,10 @@ def gpu_config(method: Method = "felog", **changes) -> EmbedConfig:
 
     The row cap counts a row's updates within one step, so at 16 times the default batch a
     frequent row's count is about 16 times larger and the default cap of 4 damps it about 16
-    times more. Measured with one device at 16,384 pairs per step (seed 0, gensim's DeepWalk
-    settings in 5 rounds; cap 4 on BlogCatalog and ca-AstroPh on an H200, the rest on the CPU,
-    which runs the same program; experiments/README.md, "Large batches"):
-
-    ============  ======================  ======================  =====================
-    row cap       BlogCatalog Micro-F1    ca-AstroPh dot / cos    R-MAT 2^14 dot / cos
-    ============  ======================  ======================  =====================
-    4             0.3363                  0.9818 / 0.9794         0.7880 / 0.6270
-    16            0.3722                  0.9201 / 0.9614         0.7291 / 0.6401
-    64            0.3727                  0.8795 / 0.9564         0.6997 / 0.6301
-    none          0.3729                  0.8428 / 0.9541         0.7002 / 0.6314
-    ============  ======================  ======================  =====================
-
-    (gensim on the same walks: 0.3731-0.3787, 0.875 / 0.942, 0.698 / 0.655.) Without a cap
-    ca-AstroPh's row norms reach 191 at this batch; 16 is the value that keeps BlogCatalog
-    and ca-AstroPh at gensim's level or above. No value lifts the R-MAT's cosine AUC to
-    gensim's at this batch.
+    times more. Of the caps tried at this batch (4, 16, 64, none), 16 is the one that keeps
+    BlogCatalog's Micro-F1 and ca-AstroPh's AUC at gensim's level or above; without a cap the
+    row norms run away, and no cap lifts an R-MAT's cosine AUC to gensim's at this batch
+    (experiments/README.md, "Large batches").
     """
     cfg = preset("published", method)
     sgns = dataclasses.replace(cfg.sgns, batch_size=16384, shared_negatives=8, row_cap=16)
@@ -482,10 +470,9 @@ def preset(name: str, method: Method = "felog") -> EmbedConfig:
       ``shared_negatives=1`` and ``interleave=None`` (each step's pairs drawn from the whole
       sync period: a step of 1,024 consecutive pairs sums a hub's updates computed from the
       same parameters, where word2vec applies them one after another, and diverges on
-      ca-AstroPh). Measured against ``published`` (DeepWalk, 3 seeds,
-      ``experiments/results/presets/preset_compare.md``): BlogCatalog Micro-F1 at 50 %
-      labels +0.002, Macro-F1 +0.006; ca-AstroPh dot AUC 0.893 against 0.980, cosine 0.956
-      against 0.978 (gensim on the same walks: 0.875 / 0.942);
+      ca-AstroPh). Against ``published`` it scores node classification alike and link
+      prediction well below it, near gensim's (experiments/README.md, "The `published` preset
+      against word2vec's update");
     * ``"cpu"``: :func:`cpu_config`;
     * ``"gpu"``: :func:`gpu_config`, the published settings in accelerator-sized steps.
     """

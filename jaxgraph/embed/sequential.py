@@ -1,7 +1,7 @@
 """Sequential skip-gram: word2vec's update one pair at a time, on the host (numba).
 
 The reference the batched trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) is
-measured against at scale. :func:`train_sequential` trains on exactly the trainer's pair
+compared against at scale. :func:`train_sequential` trains on exactly the trainer's pair
 stream (the same counts, sub-sampling, window shrinks and walk order, from
 :func:`~jaxgraph.embed.corpus.skipgram_pairs` under the trainer's keys), at the trainer's
 learning rates (:meth:`~jaxgraph.embed.skipgram.SkipGramConfig.step_rates`, by token fraction
@@ -21,7 +21,8 @@ The update of one pair, input row ``i``, positive ``t``, negatives ``n_1..n_K``,
         syn1[o] += g * syn0[i]
     syn0[i] += e
 
-It runs on one core, about 1.4M pairs/s at d = 128 (BlogCatalog's walks).
+It runs on one core (its rate: experiments/README.md, "The initial range, and word2vec one
+pair at a time").
 """
 
 from __future__ import annotations

@@ -8,95 +8,36 @@ pair with input row ``s = syn0[i]``, positive output ``o_0 = syn1[t]`` and negat
     syn1[o_k] += g_k * s                                 (pre-update s)
     syn0[i]   += sum_k g_k * o_k                         (pre-update o_k)
 
-A negative equal to the positive is skipped (``g = 0``), as in word2vec. The exact sigmoid
-replaces word2vec's table clipped at ``|f| > 6``.
+A negative equal to the positive is skipped (``g = 0``), as in word2vec; the exact sigmoid
+replaces word2vec's table clipped at ``|f| > 6``; the rate is per pair, not divided by ``B``.
 
-**Batches, and rows that recur in a batch.** One step applies the updates of ``B`` pairs
-computed from the *same* tables (Hogwild-like, as word2vec's threads). Two rules keep such a
-step no larger than a sequential pass over the same pairs would take, whatever the degree
-distribution:
+**Batches** (where this deviates from word2vec). One step applies the updates of ``B`` pairs
+computed from the *same* tables (Hogwild-like, as word2vec's threads). ``k`` updates of one row
+summed from one stale value act as a step ``k`` times longer, which a sequential pass never takes
+(each of its updates shrinks as ``sigmoid`` saturates): on hub-heavy graphs the summed step
+overshoots, row norms grow and dot-product scores stop ranking edges. Two rules keep a step near
+a sequential pass over the same pairs, whatever the degree distribution:
 
-* *Interleaved batches.* The pairs of one walk come in runs (every centre token gives up to
-  ``2 w`` pairs, and its neighbours share most of them), so ``B`` consecutive pairs hold each
-  of their rows about ``w`` times, and a walk that bounces on a leaf-hub edge holds the same
-  pair hundreds of times. The pairs of ``I`` consecutive steps (``interleave``) are
-  therefore dealt round-robin: step ``s`` of such a span trains its pairs ``s, s + I,
-  s + 2 I, ...``, so consecutive pairs land in different steps, a batch holds pairs of a
-  stretch of about ``I B`` consecutive pairs, and every pair is trained once, in a fixed order
-  (the same on every backend and mesh).
-* *A cap on a row's step* (``row_cap = c``). A row that receives ``k`` updates in one step (as
-  an input row of ``syn0``, or as a positive or negative output row of ``syn1``) moves by
-  ``min(1, c / k)`` times their sum: up to ``c`` updates add as in word2vec, beyond that the
-  row takes ``c`` times their mean. Summed, ``k`` updates computed from one stale value act as a
-  step ``k`` times longer, which a sequential pass never takes (each of its updates shrinks as
-  ``sigmoid`` saturates): on hub-heavy graphs the summed step overshoots, row norms grow into
-  the thousands and dot-product scores stop ranking edges. ``row_cap=None`` is the plain sum.
+* *Interleaved batches* (``interleave = I``). One walk gives its pairs in runs (every centre
+  token up to ``2 w``, sharing most rows with its neighbours), so the pairs of ``I`` consecutive
+  steps are dealt round-robin: step ``s`` of a span trains pairs ``s, s + I, s + 2 I, ...``, and
+  a batch holds pairs of a stretch of about ``I B``. Every pair is trained once, in a fixed
+  order, the same on every backend and mesh.
+* *A row cap* (``row_cap = c``). A row with ``k`` updates in one step (input row of ``syn0``,
+  positive or negative row of ``syn1``) moves by ``min(1, c / k)`` times their sum: up to ``c``
+  updates add as in word2vec, beyond that the row takes ``c`` times their mean.
 
-The span sets what the cap sees. With ``I = 8`` (the default) a batch of 1,024 pairs comes
-from about 9 walks of 80 at window 10, so a node that a walk revisits many times meets the cap
-within one step and its revisits count sublinearly; spread over ``I = 64`` steps they add in
-full, as in word2vec. At gensim's DeepWalk settings ``I = 8`` scores dot and cosine AUC above
-gensim's on ca-AstroPh and an R-MAT of 2^16 nodes, where ``I = 64`` scored below it on the
-R-MAT; ``interleave=None`` spans the whole sync period. The link-prediction gain is the cap's,
-and it needs the cap at a row's ordinary frequency on both tables: allowing each row its
-expected count per step, capping one table, or a cap on ``sqrt(k)`` all lose it. Node
-classification does not pay for the batching: on BlogCatalog (gensim 4's initial range, per-pair
-negatives, 3 seeds) the trainer scores Micro-F1 within 0.005 of gensim's and +0.0003 on average
-against word2vec's update applied one pair at a time to the same pairs
-(:mod:`jaxgraph.embed.sequential`; experiments/README.md, "The initial range, and word2vec one
-pair at a time").
+With the cap on both tables and a narrow span (``I = 8``) link prediction scores above gensim's
+at its DeepWalk settings, and node classification does not pay for the batching
+(experiments/README.md, "Batches from a stretch of 8 steps" and the sections after it).
+*Shared negatives* (``shared_negatives = G``, as GraphVite and PyTorch-BigGraph) give each group
+of ``G`` pairs of a step one draw of ``K`` negatives (:func:`sgns_update`).
 
-The learning rate is word2vec's per pair; it is not divided by the batch size.
-
-**Shared negatives** (``shared_negatives = G``; the scheme of GraphVite and PyTorch-BigGraph,
-which share one draw of negatives within a block of positives). Each group of ``G`` pairs of a
-step (consecutive in the batch, so pairs of different walks) takes one draw of ``K``
-negatives. Every pair still sees ``K`` independent draws from ``count ** 0.75``, so each pair's
-expected update is word2vec's; the draws of a group are correlated. A step then reads and
-writes ``2 + K / G`` random rows per pair instead of ``K + 2``, and the negative term is one
-``[G, d] x [d, K]`` product per group. Under the row cap a shared negative counts once for
-its group, not ``G`` times: the cap bounds a row that recurs across the step, and counting
-the ``G`` pairs of one draw would scale every shared negative's step by ``c / G`` (with
-``G = 8``, ``c = 4`` on ca-AstroPh at gensim's settings that cost 0.16 of dot AUC and let row
-norms grow to 12; counted once: AUC within 0.007 of per-pair negatives, norms 7.3). Without
-the cap the update equals the per-pair one with the group's negatives repeated for each of its
-pairs.
-
-**Data parallelism** (:class:`SkipGramTrainer`). Each device of a 1-D mesh trains on its own
-shard of the round's walks with a full replica of both tables (``f32[P, N, d]``, one slice per
-device). A :class:`TableSync` merges rows across devices every ``sync_every`` steps
-(:class:`AllSync`: every row of ``syn0`` and ``syn1``, the AllSync baseline of the FeLoG paper);
-a round ends with a full merge, so the feedback and the output read one consistent table. A
-selective (hotspot) sync plugs in as another :class:`TableSync`.
-
-A merge reads and writes every row of both tables, the anchor too, so it is bound by memory
-bandwidth: on 2 emulated CPU devices a merge of 65,536 x 128 tables takes 50 ms, longer than
-the 64 steps between merges (31 ms). Rows no replica changed since the last merge are equal
-everywhere, and every rule leaves them as they are; ``syn0`` changes only at the input rows of
-the trained pairs, which the host builds, so :class:`AllSync` merges ``syn0`` at those rows
-only (``merge_rows(..., input_rows=...)``; on an R-MAT of 2^16 nodes 13 % of them per 64 steps,
-and the merge takes 34 ms). ``syn1`` also changes at the negatives, drawn on the devices over
-most of its rows, and is merged whole. One device skips AllSync's periodic merges
-(``experiments/sgns_profile.py`` times each part of a round).
-
-Three merge rules (:func:`merge_rows`):
-
-* ``"mean"`` (default; FeLoG, DistGER): the replicas are averaged. With a merge after every
-  step, ``P`` devices at ``alpha`` equal one device training on the union of their batches at
-  ``alpha / P``: model averaging divides every replica's contribution by ``P``, so a round on
-  ``P`` devices moves the tables about as far as ``1/P`` of a round on one device.
-* ``"sum"``: ``anchor + psum(replica - anchor)`` with ``anchor`` the last merged value; with a
-  merge after every step this equals one device on the union of the batches at ``alpha``.
-  Over a sync period a hub changes on every replica, and the sum of ``P`` such changes, each
-  computed from the same anchor, overshoots: healthy at 2 replicas, it diverges at 4 and 8 on
-  an R-MAT of 2^14 nodes (loss per pair 3.7e5 and 3.7e10).
-* ``"touched"``: ``anchor + psum(replica - anchor) / k`` per row, ``k`` the replicas whose
-  row changed: a row trained on one replica keeps its whole change (as ``"sum"``), a hub
-  trained on all of them their mean (as ``"mean"``); healthy at 4 and 8 replicas on that
-  R-MAT (2.83 and 3.17).
-
-``tests/embed/test_skipgram.py`` checks the mean and sum identities on several mesh sizes, a
-replica simulation for longer sync periods, and the ``"touched"`` rule row by row.
+**Data parallelism** (:class:`SkipGramTrainer`). Each device of a 1-D mesh trains on its shard
+of the round's walks with a full replica of both tables (``f32[P, N, d]``). A :class:`TableSync`
+merges rows every ``sync_every`` steps by one of three rules (:func:`merge_rows`) --
+:class:`AllSync` (every row, FeLoG's baseline) or a selective sync (:mod:`jaxgraph.embed.sync`);
+a round ends with a full merge, so the feedback and the output read one consistent table.
 """
 
 from __future__ import annotations
@@ -138,8 +79,8 @@ from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import Bounded, place
 
 LR_SCHEDULES = ("round", "linear", "global")
-# Sum merges this many steps apart (or more) were measured to swing from round to round on a
-# hub-heavy graph (merge_rows); the trainer warns at them.
+# Sum merges this many steps apart (or more) swing from round to round on a hub-heavy graph
+# (merge_rows; experiments/README.md, "Fewer merges"); the trainer warns at them.
 SUM_SWING_STEPS = 512
 
 
@@ -158,7 +99,7 @@ class SkipGramConfig:
       init_scale: ``syn0`` starts uniform on ``[-init_scale / d, init_scale / d]`` (``syn1``
         at zero). ``0.5`` (default) is word2vec's range (and gensim's before 4.0), ``1.0``
         gensim 4's: at gensim's DeepWalk settings the wider start scores BlogCatalog's
-        Micro-F1 0.003 higher in one pass and leaves ca-AstroPh's AUC as it was
+        Micro-F1 slightly higher in one pass and leaves ca-AstroPh's AUC as it was
         (experiments/README.md, "The initial range"); a comparison with gensim 4 sets it.
       lr_decay: round ``r`` trains at ``alpha_0 * exp(-lr_decay * r)``.
       lr_schedule: ``"round"`` (constant within a round), ``"linear"`` (additionally decays
@@ -182,9 +123,8 @@ class SkipGramConfig:
         update is word2vec's; a step gathers and scatters ``B (2 + K / G)`` rows instead of
         ``B (K + 2)``, and the negative term is a product per group. ``1`` (default): every
         pair draws its own (word2vec). A shared negative counts once per group under the row
-        cap (module docstring). On 2 CPU cores ``G = 32`` trains ca-AstroPh and BlogCatalog
-        1.3-1.5x faster than ``G = 8`` and drops an R-MAT's cosine AUC below gensim's
-        (experiments/README.md, "Negatives shared by 32 pairs").
+        cap (:func:`sgns_update`). ``G = 32`` trains faster than ``G = 8`` and drops an R-MAT's
+        cosine AUC below gensim's (experiments/README.md, "Negatives shared by 32 pairs").
       sync_every: steps between two table syncs (a round always ends with a full merge).
       interleave: ``I``, steps whose batches interleave: the pairs of ``I`` consecutive steps
         are dealt round-robin into them, so a batch draws its pairs from a stretch of about
@@ -335,6 +275,18 @@ def sgns_update(
     row_cap: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One batched SGNS step (see the module docstring for the formula and recurring rows).
+
+    **Shared negatives** (``negatives: int32[B / G, K]``). Each group of ``G`` consecutive pairs
+    of the batch (pairs of different walks, since batches are interleaved) takes one draw of
+    ``K`` negatives. Every pair still sees ``K`` independent draws from ``count ** 0.75``, so
+    each pair's expected update is word2vec's; the draws of a group are correlated. A step reads
+    and writes ``2 + K / G`` random rows per pair instead of ``K + 2``, and the negative term is
+    one ``[G, d] x [d, K]`` product per group. Under the row cap a shared negative counts once for
+    its group, not ``G`` times: the cap bounds a row that recurs across the step, and counting
+    the ``G`` pairs of one draw would scale every shared negative's step by ``c / G``, which
+    costs dot-product AUC and lets row norms grow (experiments/README.md, "Shared negatives").
+    Without the cap the update equals the per-pair one with the group's negatives repeated for
+    each of its pairs.
 
     Args:
       syn0, syn1: the input and output tables.
@@ -550,17 +502,28 @@ def merge_rows(
     passes the inputs trained since the last merge (:class:`SkipGramTrainer`); ``syn1`` also
     changes at the negatives, drawn on the devices.
 
-    ``"mean"``: ``pmean`` (model averaging; each replica's update counts ``1/P``).
+    A merge reads and writes every row of both tables and the anchor, so it is bound by memory
+    bandwidth; merging ``syn0`` at its trained rows only is what makes it cheaper
+    (experiments/README.md, "Where a round's time goes").
+
+    ``"mean"`` (FeLoG, DistGER): ``pmean`` (model averaging; each replica's update counts
+    ``1/P``). With a merge after every step, ``P`` devices at ``alpha`` equal one device training
+    on the union of their batches at ``alpha / P``, so a round on ``P`` devices moves the tables
+    about as far as ``1/P`` of a round on one device.
     ``"sum"``: ``anchor + psum(tables - anchor)``: every replica's update counts fully, so
-    ``P`` replicas merged after every step equal one device on the union of their batches.
-    Over long periods it overshoots: on an R-MAT of 2^16 nodes, 2 replicas merged every
-    4,096 steps flip the dot-product AUC between 0.34 and 0.98 from one round to the next
-    (every 64 steps: 0.79-0.83), while loss per pair and row norms stay healthy.
+    ``P`` replicas merged after every step equal one device on the union of their batches at
+    ``alpha``. Over a sync period a hub changes on every replica, and the sum of ``P`` such
+    changes, each computed from the same anchor, overshoots: it diverges at 4 and 8 replicas on
+    an R-MAT of 2^14 nodes, and with 2 replicas merged every 512 steps or more the dot-product
+    AUC swings from one round to the next while loss per pair and row norms stay healthy
+    (experiments/README.md, "Fewer merges" and "Merge rules on more replicas").
     ``"touched"``: each row takes the mean of the changes of the replicas that changed it: a
     row trained on one replica keeps its whole change (as ``"sum"``), a hub trained on all
     ``P`` takes the mean of their changes (as ``"mean"``), so no row's merged step is ``P``
-    steps computed from one stale value (``"sum"`` diverges on hub-heavy graphs at 4 and more
-    replicas).
+    steps computed from one stale value; it stays healthy where ``"sum"`` diverges.
+
+    ``tests/embed/test_skipgram.py`` checks the mean and sum identities on several mesh sizes,
+    a replica simulation for longer sync periods, and the ``"touched"`` rule row by row.
     """
     anchors = (None, None) if anchor is None else anchor
     if input_rows is None:
@@ -587,7 +550,8 @@ class AllSync:
     The trainer passes the ``syn0`` rows trained since the last merge when it knows them
     (host-built pairs), and the rest of ``syn0``, unchanged on every replica, is left as it
     is: the same tables as merging every row, with fewer rows moved (``RoundStats.sync_rows``
-    counts those merged).
+    counts those merged). With one replica the trainer skips the periodic merges (the merge of
+    one replica is the identity).
 
     Attributes:
       merge: ``"mean"`` (default; averaging all rows, as FeLoG / DistGER), ``"sum"`` (adds
@@ -965,10 +929,10 @@ class SkipGramTrainer:
         ):
             warnings.warn(
                 f"merge='sum' every {config.sync_every} steps: summed replica changes over "
-                "long periods overshoot on hub-heavy graphs (an R-MAT of 2^16 nodes swings "
-                "between dot AUC 0.34 and 0.98 from round to round at 512 and 4,096 steps, "
-                "with healthy loss and row norms); merge more often than every "
-                f"{SUM_SWING_STEPS} steps, or use merge='mean' or 'touched'",
+                "long periods overshoot on hub-heavy graphs (on an R-MAT of 2^16 nodes the "
+                "dot AUC swings from round to round at 512 and 4,096 steps, with healthy loss "
+                "and row norms; experiments/README.md, 'Fewer merges'); merge more often than "
+                f"every {SUM_SWING_STEPS} steps, or use merge='mean' or 'touched'",
                 stacklevel=2,
             )
         self.degrees = None if degrees is None else np.asarray(degrees, np.int64)
@@ -1062,8 +1026,8 @@ class SkipGramTrainer:
         the tables, so that round timings exclude compilation. With ``pairs="device"`` the pair
         builder and the buffered step take their shapes from the corpus (walk rows per device,
         padded to a size class), so they compile in the first round of each size class; so do
-        AllSync's merges of the trained input rows (:meth:`_input_rows`: at most 9 sizes,
-        0.08 s each for 65,536 rows of 128 on a CPU).
+        AllSync's merges of the trained input rows (:meth:`_input_rows`: at most 9 sizes;
+        experiments/README.md, "Where a round's time goes").
 
         Returns:
           the seconds spent.

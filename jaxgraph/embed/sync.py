@@ -3,56 +3,32 @@
 The data-parallel trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) keeps one replica
 of ``syn0`` and ``syn1`` per device and merges them every ``sync_every`` steps with a
 :class:`~jaxgraph.embed.skipgram.TableSync`. :class:`~jaxgraph.embed.skipgram.AllSync` merges
-every row; the syncs here merge a few rows chosen on the host before each sync:
+every row; the syncs here merge a few rows chosen on the host before each sync, to move fewer
+bytes than AllSync at about its quality:
 
 * :class:`HotspotSync` (HaSyn). Hotness is the number of **real updates** a node's rows have
-  received, counted by the trainer from the pairs it trained (``SkipGramTrainer.update_counts``:
-  one per pair in which the node is the input row of ``syn0`` and one per pair in which it is the
-  positive output row of ``syn1``; negatives are drawn on the device and not counted), over the
-  whole run (``counts="total"``, the seed's frequencies "observed in the training data") or the
-  current round only (``counts="round"``: hotness since the last full merge, fewer distinct
-  values, so fewer rows), or the updates since the row was last merged (``counts="pending"``:
-  how far its replicas can have drifted apart; a merged row starts again from 0). The public
-  FeLoG code used the degree instead. Nodes are sorted by count (descending; ties by id) and
-  cut into blocks ``B_f = {v : f(v) = f}`` of equal count, and one node is drawn uniformly from
-  every block, **the last block included** (DistGER skips it): ``|F|`` rows, one per distinct
-  count. A node of block ``B_f`` is synced with probability ``1 / |B_f|``: the hot nodes, whose
-  counts are nearly unique, are synced almost every time; the cold ones, which share counts,
-  rarely. With ``num_rows = M`` the sync merges the ``M`` hottest nodes instead (ties drawn
-  uniformly), a fixed budget per sync (:func:`select_hottest`).
+  received (``SkipGramTrainer.update_counts``), over the whole run (``counts="total"``, the
+  seed's frequencies "observed in the training data"), the current round (``"round"``) or since
+  the row was last merged (``"pending"``); the public FeLoG code used the degree instead. Nodes
+  are cut into blocks ``B_f = {v : f(v) = f}`` of equal count and one node is drawn uniformly
+  from every block, **the last block included** (DistGER skips it): ``|F|`` rows, one per
+  distinct count, so a node of ``B_f`` is synced with probability ``1 / |B_f|``. With
+  ``num_rows = M`` the ``M`` hottest nodes instead (:func:`select_hottest`).
 * :class:`RandomSync`: the same number of rows (or a fixed number), drawn uniformly without
-  replacement from all nodes; the seed's baseline "under the same synchronization size".
+  replacement; the seed's baseline "under the same synchronization size".
 
-Which to use: on ca-AstroPh (two replicas, ``experiments/hasyn_sweep.py``, 3 seeds) the seed's
-rule (whole-run counts, one row per block; the defaults) moves 13.9 % of AllSync's bytes at
--0.83 AUC points and trails RandomSync of the same size in every seed; ``counts="pending",
-num_rows=1280`` (6.8 % of the nodes) moves 9.6 % at -0.44 points and leads RandomSync in every
-seed.
-
-The trainer keeps the pending counts: the current round's update counts minus, per row, their
-value when the row was last merged (a full merge, the round-end merge included, resets every
-row). Every row is merged at the end of a round, so checkpoints taken between rounds need no
-extra state.
+Which to use: on ca-AstroPh the seed's rule (the defaults) trails RandomSync of the same size,
+and ``counts="pending", num_rows=1280`` moves fewer bytes and leads it (experiments/README.md,
+"FeLoG system"; ``experiments/hasyn_sweep.py``).
 
 Both sync **both tables** (the public code synced ``syn0`` only) and, every ``full_every``-th
 periodic sync, all rows (a full merge), so that no row's replicas stay apart for more than
-``full_every`` sync periods; the trainer also merges everything at the end of each round.
-
-**Same selection everywhere.** The rows are drawn on the host from a generator keyed by
-``(trainer seed, sync index)`` and passed to the device program as one replicated index array,
-so every replica merges the same rows. In a multi-process run every process holds the same
-counts (each builds the same pairs on the host; device-built pairs are counted on the devices and
-summed into a replicated array), so the keyed draws agree.
-
-**Device program** (:func:`merge_selected_rows`, under ``shard_map``): gather the selected rows
-``[C, d]`` of each table, ``pmean`` them (or ``anchor + psum(delta)``, for ``"touched"``
-divided per row by the replicas that changed it) and scatter them back; unselected rows are
-not touched. To bound recompilations the index array is padded to ``C``, ``|F|`` rounded up
-to a multiple of ``next_pow2(|F|) / 16`` (fewer than ``|F| / 8`` extra rows; at most 16 sizes
-per octave), by repeating its first entry (a repeated row is merged and written twice with the
-same value). The collective moves ``C`` rows per table, and :class:`SyncPlan` reports exactly
-those ``2C`` rows; :func:`sync_bytes` converts rows to bytes. A selection of all ``N`` rows,
-or one whose padded size reaches ``N``, is a full merge.
+``full_every`` sync periods; the trainer also merges everything at the end of each round, so
+checkpoints taken between rounds need no extra state. The rows are drawn on the host, keyed by
+``(trainer seed, sync index)``, so every replica and process merges the same rows
+(:meth:`HotspotSync.plan`), and merged by :func:`merge_selected_rows` under ``shard_map``;
+:class:`SyncPlan` reports the rows the collective moves and :func:`sync_bytes` converts them to
+bytes.
 """
 
 from __future__ import annotations
@@ -153,7 +129,15 @@ def merge_selected_rows(
 
     Each rule as :func:`jaxgraph.embed.skipgram.merge_block` on the gathered rows, e.g.
     ``"mean"``: ``t[index] <- pmean(t[index])``, ``"sum"``: ``t[index] <- a[index] +
-    psum(t[index] - a[index])``, and the anchor rows likewise.
+    psum(t[index] - a[index])``, ``"touched"`` divided per row by the replicas that changed it,
+    and the anchor rows likewise; unselected rows are not touched.
+
+    To bound recompilations the plan pads the index array to ``C``: ``|F|`` rounded up to a
+    multiple of ``next_pow2(|F|) / 16`` (fewer than ``|F| / 8`` extra rows; at most 16 sizes per
+    octave), by repeating its first entry (a repeated row is merged and written twice with the
+    same value). The collective moves ``C`` rows per table, and :class:`SyncPlan` reports exactly
+    those ``2C`` rows. A selection of all ``N`` rows, or one whose padded size reaches ``N``, is a
+    full merge.
 
     Shapes (per device):
       ``Tables(f32[N, d], f32[N, d])``, the anchor the same (or None), ``index: int32[C]``
@@ -230,6 +214,12 @@ class _SelectiveSync:
         """The rows of periodic sync number ``sync_index`` (host side; deterministic in its
         arguments).
 
+        **Same selection everywhere.** The rows are drawn from a generator keyed by ``(seed,
+        sync_index)`` and passed to the device program as one replicated index array, so every
+        replica merges the same rows. In a multi-process run every process holds the same
+        counts (each builds the same pairs on the host; device-built pairs are counted on the
+        devices and summed into a replicated array), so the keyed draws agree.
+
         Args:
           update_counts: ``int64[N]`` updates per node in the run so far
             (``SkipGramTrainer.update_counts``).
@@ -267,6 +257,17 @@ class _SelectiveSync:
 @dataclasses.dataclass(frozen=True)
 class HotspotSync(_SelectiveSync):
     """HaSyn: one node per block of equal update count, both tables (see the module docstring).
+
+    Hotness counts, per node, one update per trained pair in which it is the input row of
+    ``syn0`` and one per pair in which it is the positive output row of ``syn1`` (negatives are
+    drawn on the device and not counted). ``"round"`` counts since the last full merge (fewer
+    distinct values, so fewer rows); ``"pending"`` counts since the row was last merged, i.e. how
+    far its replicas can have drifted apart: the trainer keeps the round's counts minus, per
+    row, their value at its last merge, and a full merge (the round-end merge included) resets
+    every row. Nodes are sorted by count (descending; ties by id) before they are cut into
+    blocks: the hot nodes, whose counts are nearly unique, are synced almost every time; the
+    cold ones, which share counts, rarely. With ``num_rows`` the ties at the cut are drawn
+    uniformly, a fixed budget per sync.
 
     Attributes:
       merge: ``"mean"`` (averaging, as FeLoG), ``"sum"`` or ``"touched"`` (see

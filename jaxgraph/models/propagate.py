@@ -172,9 +172,10 @@ def segment_sum_sorted(
     <g[dst[e]], h[src[e]]>``; integer inputs get no cotangent. Forward-mode autodiff
     (``jax.jvp``) is not supported.
 
-    On CPU this is 3-8x faster than the one-shot form in forward and backward at 1e5-1e6 nodes
-    with 128 features (``experiments/bench_train.py``): the one-shot form writes and reads an
-    ``E x F x 4``-byte temporary (10 GB at 20M edges) in freshly allocated memory every call.
+    Why: the one-shot form writes and reads an ``E x F x 4``-byte temporary (10 GB at 20M
+    edges, F = 128) in freshly allocated memory every call, and the chunked form is faster on
+    CPU in forward and backward (experiments/README.md, "Training throughput";
+    ``experiments/bench_train.py``).
 
     Shapes:
       ``h: [N_src, F]``, ``src, dst, weight: [E]`` -> ``[num_segments, F]``.

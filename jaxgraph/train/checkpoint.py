@@ -67,7 +67,7 @@ def _manager(directory: Path):
     """A synchronous ``CheckpointManager`` over ``directory`` with steps ``ckpt_<epoch:06d>``.
 
     Creating it (on every process) removes temporary directories left by a killed save."""
-    import orbax.checkpoint as ocp  # ~0.2 s on top of jax; only runs that checkpoint pay it
+    import orbax.checkpoint as ocp  # slow to import; only runs that checkpoint pay it
 
     options = ocp.CheckpointManagerOptions(
         step_prefix=_PREFIX,
