@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint (of a training run or an embedding run) is unreadable, altered, of another
+    format version, or does not match the run that loads it."""
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
     """Calls ``write(fileobj)`` on a temporary file next to ``path``, then renames it to
     ``path`` (creating the parent directory); returns ``path``."""

@@ -1,9 +1,10 @@
 """The ``jaxgraph`` command line, generated from the typed configs.
 
 ``train`` reads a :class:`~jaxgraph.train.TrainConfig`, ``embed`` an
-:class:`~jaxgraph.embed.EmbedJob` and ``partition`` a :class:`PartitionJob`: every field is an
-option (:mod:`jaxgraph.options`), a ``--config`` file gives the values the options start from,
-and the library does the work. Only the process-level options (:data:`PROCESS_OPTIONS`) are
+:class:`~jaxgraph.embed.EmbedJob` and ``partition`` a
+:class:`~jaxgraph.partition.job.PartitionJob`: every field is an option
+(:mod:`jaxgraph.options`), a ``--config`` file gives the values the options start from, and
+the library does the work. Only the process-level options (:data:`PROCESS_OPTIONS`) are
 not fields.
 
 On a CPU the command emulates ``--cpu-devices`` devices (default 8; for ``embed``, its
@@ -23,7 +24,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Literal
 
 from jaxgraph.data.source import DataConfig
 from jaxgraph.options import Choice, Options
@@ -40,32 +40,6 @@ PROCESS_OPTIONS = (
     "--init-timeout",
     "--heartbeat-timeout",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class PartitionJob:
-    """``jaxgraph partition``: partition a graph and print the partition report.
-
-    Attributes:
-      data: the graph (default cora).
-      parts: the number of parts.
-      method: the partitioner: metis, random or contiguous.
-      seed: seeds the random partitioner and a synthetic graph.
-      heatmap: save the pair-volume heatmap to this .png file.
-      out: write each node's part to this .csv file (node id, part), keyed by the graph's ids.
-    """
-
-    data: DataConfig = DataConfig()
-    parts: int = 8
-    method: Literal["metis", "random", "contiguous"] = "metis"
-    seed: int = 0
-    heatmap: str | None = None
-    out: str | None = None
-
-    def __post_init__(self):
-        if isinstance(self.parts, bool) or not isinstance(self.parts, int) or self.parts < 1:
-            raise ValueError(f"parts must be an integer >= 1, got {self.parts!r}")
-        object.__setattr__(self, "data", self.data.with_default("cora"))
 
 
 def emulate_cpu_devices(n: int) -> None:
@@ -115,6 +89,8 @@ def _options(command: str) -> Options:
         from jaxgraph.embed.run import EmbedJob
 
         return Options(EmbedJob(), {"config.sync": _sync_choice()})
+    from jaxgraph.partition.job import PartitionJob
+
     return Options(PartitionJob())
 
 
@@ -235,11 +211,11 @@ def _job(args):
         base = base_config(method, preset_name=args.preset, config=args.config)
         base = base.replace(data=_source(base.data, args))
         return _options("embed").read(EmbedJob(config=base), args)
+    from jaxgraph.partition.job import PartitionJob
+
     base = PartitionJob(data=_source(PartitionJob().data, args))
     job = _options("partition").read(base, args)
-    for option in ("out", "heatmap"):
-        if getattr(job, option):
-            check_output_file(getattr(job, option), f"--{option}")
+    job.check_outputs()
     return job
 
 
@@ -259,44 +235,6 @@ def _start_distributed(args) -> str:
     import jax
 
     return f" (process {jax.process_index()}/{jax.process_count()})"
-
-
-def check_output_file(path: str, option: str) -> Path:
-    """An output file's path, checked before any work: its directory exists and it is not
-    itself a directory."""
-    out = Path(path)
-    if out.is_dir():
-        raise ValueError(f"{option} {path} is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise ValueError(f"{option} {path}: directory {out.parent} does not exist")
-    return out
-
-
-def _partition(job: PartitionJob) -> None:
-    from jaxgraph.atomic import atomic_write_text
-    from jaxgraph.data.source import load_graph
-    from jaxgraph.mesh import make_mesh
-    from jaxgraph.partition import partition_graph, partition_report
-
-    graph = load_graph(job.data, seed=job.seed)
-    if job.parts > graph.num_nodes:
-        raise ValueError(
-            f"--parts {job.parts} exceeds the {graph.num_nodes} nodes of {graph.name!r}"
-        )
-    make_mesh(job.parts)  # the plan targets this many devices
-    parts = partition_graph(graph, job.parts, method=job.method, seed=job.seed)
-    report = partition_report(graph, parts)
-    print(f"{graph!r}\n{job.method} partition into {job.parts} parts\n")
-    print(report.format())
-    if job.heatmap is not None:
-        report.save_heatmap(Path(job.heatmap))
-        print(f"\npair-volume heatmap written to {job.heatmap}")
-    if job.out is not None:
-        rows = "".join(
-            f"{i},{p}\n" for i, p in zip(graph.ids.tolist(), parts.tolist(), strict=True)
-        )
-        atomic_write_text(Path(job.out), "node,part\n" + rows)
-        print(f"parts of {graph.num_nodes} nodes written to {job.out}")
 
 
 def _log_notes() -> None:
@@ -324,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         job = _job(args)  # every option checked before any data is read or JAX starts
         if args.command == "partition":
-            _partition(job)
+            from jaxgraph.partition.job import run_partition
+
+            run_partition(job)
             return 0
         where = _start_distributed(args)  # before any other JAX call
         from jaxgraph.distributed import is_primary

@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.atomic import atomic_write_bytes
+from jaxgraph.atomic import CheckpointError, atomic_write_bytes
 from jaxgraph.embed.compress import CompressedWalks, raw_bytes
 from jaxgraph.embed.feedback import update_active_set
 from jaxgraph.embed.health import UnhealthyTraining
@@ -102,10 +102,6 @@ class PipelineConfig:
             raise ValueError(f"queue_size must be >= 1, got {self.queue_size}")
         if self.poll_seconds <= 0:
             raise ValueError(f"poll_seconds must be positive, got {self.poll_seconds}")
-
-
-class CheckpointError(RuntimeError):
-    """An embedding checkpoint is truncated, altered or from another run."""
 
 
 class PipelineStopped(RuntimeError):

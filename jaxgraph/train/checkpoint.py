@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgraph.atomic import CheckpointError
 from jaxgraph.mesh import place
 
 FORMAT_VERSION = 2
@@ -54,10 +55,6 @@ _PREFIX = "ckpt"
 _NAME = re.compile(rf"^{_PREFIX}_(\d{{6}})$")
 _OLD_NAME = re.compile(rf"^{_PREFIX}_(\d{{6}})\.npz$")  # format 1 (a single .npz per checkpoint)
 _MIX = 0x9E3779B97F4A7C15  # odd: every word of a leaf gets a distinct odd weight
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is unreadable or does not match the run that loads it."""
 
 
 # ---------------------------------------------------------------------- orbax plumbing
