@@ -5,7 +5,7 @@ mixed-integer program that trades the variance the quantization adds to the aggr
 embeddings (and gradients) against the time of the slowest transfer of each ring round.
 
 **Tracing** (inside the jitted step, in ``comm_state["trace"]``). For every slot of every
-exchange the step adds :func:`~jaxgraph.comm.quantized.row_range_variance` of the row sent,
+exchange the step adds :func:`~jaxgraph.comm.qring.row_range_variance` of the row sent,
 ``(D / 6) (max - min)^2``, the expected stochastic-rounding variance of that row up to the
 factor ``1 / (2^b - 1)^2``. Forward rows are traced at the sender; backward rows (the gradient
 rows the forward receiver sends back) are traced at the forward receiver through the
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.method import RunInfo, check_int
-from jaxgraph.comm.quantized import row_range_variance
+from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.configfile import from_dict
 from jaxgraph.options import flag
 from jaxgraph.partition.buckets import (

@@ -34,7 +34,7 @@ from jaxgraph.comm.adaptive import (
 )
 from jaxgraph.comm.method import Method, RunInfo, chunks_or_default
 from jaxgraph.comm.projection import channel_bytes, comm_time
-from jaxgraph.comm.quantized import quantized_layer_exchange
+from jaxgraph.comm.qring import quantized_layer_exchange
 from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.mesh import to_host
 from jaxgraph.options import flag

@@ -28,7 +28,7 @@ from jaxgraph.comm.blockrow import (
 from jaxgraph.comm.broadcast import all_blocks_by_broadcast, broadcast_bytes
 from jaxgraph.comm.method import Method, match_spelling, parse_bits, parse_bits_or_mode
 from jaxgraph.comm.qbroadcast import block_tree_bytes, quantized_blocks, quantized_broadcast_bytes
-from jaxgraph.comm.quantized import row_range_variance
+from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.options import flag
 

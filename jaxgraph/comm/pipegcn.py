@@ -72,7 +72,7 @@ from jaxgraph.comm.method import (
     match_spelling,
     parse_bits_or_mode,
 )
-from jaxgraph.comm.quantized import (
+from jaxgraph.comm.qring import (
     quantized_halo,
     quantized_halo_gradient,
     quantized_ring_exchange,

@@ -50,7 +50,7 @@ from jaxgraph.comm.broadcast import (
     tree_rounds,
     tree_sends,
 )
-from jaxgraph.comm.quantized import row_range_variance
+from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.partition.buckets import wire_bytes
 from pallas_kernels.quantize import dequantize, packed_rows, quantize
 

@@ -60,7 +60,7 @@ from jaxgraph.comm.method import (
     parse_bits_or_mode,
 )
 from jaxgraph.comm.qbroadcast import block_tree_bytes, quantized_blocks
-from jaxgraph.comm.quantized import row_range_variance
+from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.comm.staleness import (
     NOT_READ,
     REPORT_COLUMNS,

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores
 from jaxgraph.comm.adaqp import _bits_from_channels, _channel_rows, _channels
 from jaxgraph.comm.projection import projected_comm_time
-from jaxgraph.comm.quantized import quantized_ring_exchange, row_range_variance
+from jaxgraph.comm.qring import quantized_ring_exchange, row_range_variance
 from jaxgraph.mesh import make_mesh
 from jaxgraph.models import make_model
 from jaxgraph.partition import build_halo_plan, partition_graph

@@ -9,7 +9,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.comm.method import RunInfo
-from jaxgraph.comm.quantized import Quantized, quantized_ring_exchange
+from jaxgraph.comm.qring import quantized_ring_exchange
+from jaxgraph.comm.quantized import Quantized
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.comm.wirebytes import byte_report
 from jaxgraph.mesh import make_mesh
@@ -567,7 +568,7 @@ def test_send_chunks_delivers_the_agreed_prefix(chunks):
     """Each device's buffer holds its own number of real bytes; the ``pmax`` of the units
     they need decides the transfers, and every receiver gets exactly the first
     ``units * unit`` bytes of its sender's buffer, zeros after."""
-    from jaxgraph.comm.quantized import _send_chunks
+    from jaxgraph.comm.qring import _send_chunks
     from jaxgraph.comm.ring import ring_perm
 
     num_parts, unit = 4, 5
