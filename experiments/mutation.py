@@ -176,8 +176,8 @@ def write_report(modules: list[str]) -> None:
         score = 100.0 * (counts["killed"] + counts["timeout"]) / real if real else float("nan")
         rows.append(
             f"| `{module}` | {len(verdicts)} | {counts['killed']} | {counts['survived']} | "
-            f"{counts['timeout']} | {counts['no tests']} | {len(equiv)} | {counts['not checked']} "
-            f"| {score:.1f} % |"
+            f"{counts['timeout']} | {counts['other']} | {counts['no tests']} | {len(equiv)} | "
+            f"{counts['not checked']} | {score:.1f} % |"
         )
         body = [f"## `{module}`", "", "Files: " + ", ".join(f"`{p}`" for p in MODULES[module])]
         skipped = [f for p in MODULES[module] for f in decorated_functions(p)]
@@ -208,12 +208,13 @@ def write_report(modules: list[str]) -> None:
         f"{_mutmut_version()}, configuration in `[tool.mutmut]` of pyproject.toml); do not "
         "edit by hand. *Killed* counts mutants a test failed on, *timeout* those that ran past "
         "mutmut's time limit (detected: the mutant changed behaviour), *no tests* those whose "
-        "function no configured test reaches. The score is (killed + timeout) / (all checked "
-        "mutants that are not equivalent).",
+        "function no configured test reaches, *crashed* those whose test process died (a "
+        "numba kernel writing out of bounds: the change is seen, but counted as not killed). "
+        "The score is (killed + timeout) / (all checked mutants that are not equivalent).",
         "",
-        "| module | mutants | killed | survived | timeout | no tests | equivalent | not checked "
-        "| score |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| module | mutants | killed | survived | timeout | crashed | no tests | equivalent "
+        "| not checked | score |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text("\n".join(header + rows) + "\n\n" + "\n\n".join(sections) + "\n")

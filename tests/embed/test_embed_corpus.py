@@ -130,8 +130,26 @@ def test_alias_table_samples_the_distribution():
     )
     np.testing.assert_allclose(mass, probs, atol=1e-7)
     assert mass[0] == 0 and mass[5] == 0
-    with pytest.raises(ValueError, match="every count is zero"):
+    with pytest.raises(
+        ValueError, match="^the negative-sampling distribution is empty: every count is zero$"
+    ):
         negative_weights(np.zeros(4))
+
+
+def test_alias_table_takes_unnormalised_weights_in_any_precision():
+    """Weights 1 and 3 give probabilities 1/4 and 3/4: id 0 keeps half of its draws (2 * 1/4)
+    and sends the other half to id 1. The table is built in float64 whatever the input."""
+    accept, alias = alias_table(np.array([1, 3]))
+    assert accept.dtype == np.float32 and alias.dtype == np.int32
+    np.testing.assert_array_equal(accept, [0.5, 1.0])
+    assert alias[0] == 1
+    np.testing.assert_array_equal(alias_table(np.array([0.25, 0.75]))[0], [0.5, 1.0])
+    w = np.random.default_rng(0).random(7).astype(np.float32)
+    a32, l32 = alias_table(w)
+    a64, l64 = alias_table(w.astype(np.float64))
+    np.testing.assert_array_equal(a32, a64)
+    np.testing.assert_array_equal(l32, l64)
+    assert ((a64 >= 0) & (a64 <= 1)).all()  # acceptance probabilities
 
 
 def test_bad_window():
@@ -148,5 +166,15 @@ def test_no_walks_give_no_pairs_and_walk_ids_must_match():
     empty = Walks(np.zeros((0, 4), np.int32), np.zeros(0, np.int32))
     inputs, outputs = skipgram_pairs(empty, np.zeros(0, np.int64), np.ones(3), 2, np.uint64(1))
     assert inputs.shape == outputs.shape == (0,)
-    with pytest.raises(ValueError, match="walk_ids must have one id per walk"):
+    assert inputs.dtype == outputs.dtype == np.int32
+    with pytest.raises(ValueError, match="^walk_ids must have one id per walk$"):
         pairs_per_walk(_walks([[0, 1]]), np.zeros(2, np.int64), np.ones(3), 2, np.uint64(1))
+
+
+def test_negative_weights_use_float_powers():
+    """An integer power of a large count must not overflow: 2^32 squared is 2^64."""
+    w = negative_weights(np.array([2**32, 1, 0]), power=2)
+    np.testing.assert_allclose(w, [1.0, 2.0**-64, 0.0], rtol=1e-12)
+    # Power 0: uniform over the nodes that occur (0 ** 0 would be 1); a lone token is certain.
+    np.testing.assert_array_equal(negative_weights([0, 1, 3], power=0), [0.0, 0.5, 0.5])
+    np.testing.assert_array_equal(negative_weights([0, 1]), [0.0, 1.0])

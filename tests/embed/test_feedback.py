@@ -172,3 +172,154 @@ def test_centering_removes_the_common_component():
         ).active.size
         == 0
     )
+
+
+def _pair_csr():
+    """Nodes 0 - 1 joined by one edge, node 2 isolated."""
+    return out_csr(Graph.from_edges([0], [1], num_nodes=3, symmetrize=True))
+
+
+def test_psi_is_computed_in_float64_from_float32_vectors():
+    indptr, indices = _pair_csr()
+    x = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], np.float32)
+    psi = neighbour_consistency(x, indptr, indices, [0, 1], 5, seed=0)
+    assert psi.dtype == np.float64
+    np.testing.assert_allclose(psi, [0.5**0.5, 0.5**0.5], rtol=1e-14)  # cos 45 degrees
+    # Vectors are read as float32, whatever their dtype.
+    x64 = np.random.default_rng(0).standard_normal((3, 4))
+    np.testing.assert_array_equal(
+        neighbour_consistency(x64, indptr, indices, [0, 1], 5, seed=0, center=True),
+        neighbour_consistency(
+            x64.astype(np.float32), indptr, indices, [0, 1], 5, seed=0, center=True
+        ),
+    )
+
+
+def test_centering_subtracts_each_column_mean():
+    """Column means (1, 2): node 0 (2, 0) -> (1, -2), node 1 (0, 2) -> (-1, 0); their cosine is
+    -1 / sqrt(5). The centred vectors are float32, as uncentred ones are."""
+    indptr, indices = _pair_csr()
+    x = np.array([[2.0, 0.0], [0.0, 2.0], [1.0, 4.0]], np.float32)
+    psi = neighbour_consistency(x, indptr, indices, [0, 1], 5, seed=0, center=True)
+    np.testing.assert_allclose(psi, [-(0.2**0.5)] * 2, rtol=1e-6)
+    y = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32) + 3
+    mean = y.mean(axis=0, dtype=np.float64).astype(np.float32)
+    np.testing.assert_array_equal(
+        neighbour_consistency(y, indptr, indices, [0, 1], 5, seed=0, center=True),
+        neighbour_consistency(y - mean, indptr, indices, [0, 1], 5, seed=0),
+    )
+
+
+def test_centering_subtracts_the_exact_mean():
+    """Column 0 holds 1e8, 1, -1e8: its mean is 1/3, which a float32 running sum loses
+    (1e8 + 1 rounds to 1e8). Centred, node 1 is (2/3, 2/3) and node 0 is almost (1e8, 0):
+    their cosine is 1 / sqrt(2)."""
+    indptr, indices = _pair_csr()
+    x = np.array([[1e8, 0.0], [1.0, 1.0], [-1e8, 0.0]], np.float32)
+    psi = neighbour_consistency(x, indptr, indices, [1], 5, seed=0, center=True)
+    np.testing.assert_allclose(psi, [0.5**0.5], rtol=1e-6)
+
+
+def test_psi_equal_to_mu_retires_a_node():
+    """Eq. 5 keeps ``Psi < mu``: orthogonal neighbours give Psi = 0, which mu = 0 retires."""
+    indptr, indices = _pair_csr()
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], np.float32)
+    step = update_active_set(
+        [0, 1], x, indptr, indices, FeedbackConfig(mu=0.0), seed=0, round_index=0
+    )
+    assert step.active.size == 0 and step.stop and step.evaluated == 2
+    assert step.psi_mean == 0.0 and step.reactivated == 0  # no ever_inactive: nothing counted
+    # Parallel neighbours give Psi = 1, which mu = 1 retires as well.
+    x[1] = [2.0, 0.0]
+    step = update_active_set(
+        [0, 1], x, indptr, indices, FeedbackConfig(mu=1.0), seed=0, round_index=0
+    )
+    assert step.active.size == 0 and step.psi_mean == 1.0
+    # Psi = 0 below mu = 1: both stay.
+    x[1] = [0.0, 1.0]
+    step = update_active_set(
+        [0, 1], x, indptr, indices, FeedbackConfig(mu=1.0), seed=0, round_index=0
+    )
+    np.testing.assert_array_equal(step.active, [0, 1])
+    assert step.active.dtype == np.int32 and step.reactivated == 0 and not step.stop
+
+
+def test_empty_frontier_has_no_mean_and_stops():
+    indptr, indices = _pair_csr()
+    x = np.ones((3, 2), np.float32)
+    step = update_active_set([], x, indptr, indices, FeedbackConfig(), seed=0, round_index=0)
+    assert step.active.size == 0 and step.evaluated == 0 and step.stop
+    assert np.isnan(step.psi_mean)
+
+
+def test_config_bounds_are_inclusive_where_documented():
+    """mu in [-1, 1], num_neighbors >= 1, stop_ratio in (0, 1], warmup_rounds >= 0."""
+    for ok in (
+        dict(mu=1.0),
+        dict(mu=-1.0),
+        dict(num_neighbors=1),
+        dict(stop_ratio=1.0),
+        dict(warmup_rounds=0),
+    ):
+        FeedbackConfig(**ok)
+    for bad, match in (
+        (dict(mu=1.01), "mu must lie"),
+        (dict(mu=-1.01), "mu must lie"),
+        (dict(stop_ratio=0.0), "stop_ratio must be in"),
+        (dict(warmup_rounds=-1), "warmup_rounds must be >= 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            FeedbackConfig(**bad)
+
+
+def test_neighbour_samples_follow_the_round_index():
+    """The star centre has 40 leaves, 3 of them parallel to it, and samples 30: Psi counts the
+    parallel leaves drawn, which changes from round to round; round 0 is the default."""
+    g = _clique_and_star()
+    indptr, indices = out_csr(g)
+    x = np.zeros((46, 2), np.float32)
+    x[4] = [1.0, 0.0]
+    x[5:45] = [0.0, 1.0]
+    x[[7, 20, 33]] = [1.0, 0.0]
+    psi = [
+        neighbour_consistency(x, indptr, indices, [4], 30, seed=0, round_index=r)[0]
+        for r in range(8)
+    ]
+    r = next(r for r in range(1, 8) if psi[r] != psi[0])  # a round that drew another sample
+    assert neighbour_consistency(x, indptr, indices, [4], 30, seed=0)[0] == psi[0]
+    step = update_active_set(
+        [4], x, indptr, indices, FeedbackConfig(num_neighbors=30), seed=0, round_index=r
+    )
+    assert step.psi_mean == psi[r]
+
+
+def test_warmup_round_keeps_the_frontier_and_reports_nothing():
+    indptr, indices = _pair_csr()
+    x = np.ones((3, 2), np.float32)
+    cfg = FeedbackConfig(warmup_rounds=1)
+    warm = update_active_set([0, 1], x, indptr, indices, cfg, seed=0, round_index=0)
+    np.testing.assert_array_equal(warm.active, [0, 1])
+    assert warm.active.dtype == np.int32
+    assert warm.evaluated == 0 and warm.reactivated == 0 and np.isnan(warm.psi_mean)
+    assert warm.stop is False
+    empty = update_active_set([], x, indptr, indices, cfg, seed=0, round_index=0)
+    assert empty.stop is True and empty.active.size == 0
+
+
+def test_stop_ratio_is_strict_and_an_empty_frontier_still_stops():
+    """Path 0 - 1 - 2 with node 0 parallel to node 1 (Psi = 1) and node 2 orthogonal (Psi = 0):
+    of the active nodes {0, 2} one survives mu = 0.65, a ratio of exactly 1/2."""
+    indptr, indices = out_csr(Graph.from_edges([0, 1], [1, 2], num_nodes=3, symmetrize=True))
+    x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], np.float32)
+
+    def step(**config):
+        return update_active_set(
+            [0, 2], x, indptr, indices, FeedbackConfig(**config), seed=0, round_index=0
+        )
+
+    assert step(stop_ratio=0.4).stop
+    half = step(stop_ratio=0.5)
+    np.testing.assert_array_equal(half.active, [2])
+    assert not half.stop  # 1/2 does not exceed 1/2
+    # Nobody survives mu = -1: the empty frontier stops whatever the ratio says.
+    assert step(mu=-1.0, stop_ratio=0.5).stop

@@ -14,6 +14,7 @@ from jaxgraph.partition import (
     partition_graph,
     partition_report,
 )
+from jaxgraph.partition.halo import split_edges_by_source
 
 from graph_cases import ALL_CASES, random_graph
 
@@ -353,3 +354,61 @@ def test_one_node_per_part_has_one_local_row_and_halo_offsets_add_round_rows():
     assert plan.halo_offsets() == (0, 1, 2)
     padded = build_halo_plan(g, np.array([0, 1, 2]), pad_multiple=4)
     assert padded.halo_offsets() == (0, 4, 8) and padded.num_local_rows == 4
+
+
+def _path5_plan() -> HaloPlan:
+    """The path 0 - 1 - 2 - 3 - 4 on parts [0, 0, 1, 1, 1]: Nl = 3, one halo row each way.
+
+    Part 0: rows 0, 1 = nodes 0, 1 (1 is marginal); part 1: rows 0, 1, 2 = nodes 3, 4 (central)
+    and 2 (marginal). Device 0's halo row (buffer row 3) is node 2, device 1's is node 1.
+    """
+    g = Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 4], num_nodes=5, symmetrize=True)
+    return build_halo_plan(g, np.array([0, 0, 1, 1, 1]))
+
+
+def test_split_edges_by_source_by_hand():
+    """In-edges as (source row, destination row), sorted by destination then source:
+    device 0: (1, 0), (0, 1), (3, 1); device 1: (1, 0), (2, 0), (0, 1), (0, 2), (3, 2).
+    Buffer row 3 is the halo row. GCN weights ``1 / sqrt((deg u + 1)(deg v + 1))`` with degrees
+    1, 2, 2, 2, 1; mean weights ``1 / in-degree(dst)``."""
+    plan = _path5_plan()
+    assert plan.num_local_rows == 3 and plan.num_halo_rows == 1
+    e = split_edges_by_source(plan)
+    a, t = 1 / np.sqrt(6), 1 / 3
+    # Local sources: device 0 has 2 edges, padded to El = 4 (source 0, destination Nl - 1 = 2).
+    np.testing.assert_array_equal(e.local_src, [[1, 0, 0, 0], [1, 2, 0, 0]])
+    np.testing.assert_array_equal(e.local_dst, [[0, 1, 2, 2], [0, 0, 1, 2]])
+    np.testing.assert_allclose(e.local_gcn_weight, [[a, a, 0, 0], [a, t, a, t]], rtol=1e-6)
+    np.testing.assert_allclose(e.local_mean_weight, [[1, 0.5, 0, 0], [0.5, 0.5, 1, 0.5]], rtol=1e-6)
+    np.testing.assert_array_equal(e.num_local_edges, [2, 4])
+    # Halo sources: node 2 -> node 1 on device 0, node 1 -> node 2 on device 1, as halo row 0.
+    np.testing.assert_array_equal(e.remote_src, [[0], [0]])
+    np.testing.assert_array_equal(e.remote_dst, [[1], [2]])
+    np.testing.assert_allclose(e.remote_gcn_weight, [[t], [t]], rtol=1e-6)
+    np.testing.assert_allclose(e.remote_mean_weight, [[0.5], [0.5]], rtol=1e-6)
+    np.testing.assert_array_equal(e.num_remote_edges, [1, 1])
+    for name in ("local_src", "local_dst", "remote_src", "remote_dst"):
+        assert getattr(e, name).dtype == np.int32
+    assert e.local_gcn_weight.dtype == e.remote_mean_weight.dtype == np.float32
+    assert e.num_local_edges.dtype == e.num_remote_edges.dtype == np.int32
+
+
+def test_split_edges_by_source_without_halo_keeps_one_pad_edge():
+    """One part: every edge is local; the halo-source list is one pad edge per device."""
+    g = Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 4], num_nodes=5, symmetrize=True)
+    e = split_edges_by_source(build_halo_plan(g, np.zeros(5, np.int32)))
+    np.testing.assert_array_equal(e.num_local_edges, [8])
+    assert e.local_src.shape == (1, 8)
+    np.testing.assert_array_equal(e.remote_src, [[0]])
+    np.testing.assert_array_equal(e.remote_dst, [[4]])  # Nl - 1
+    np.testing.assert_array_equal(e.remote_gcn_weight, [[0]])
+    np.testing.assert_array_equal(e.remote_mean_weight, [[0]])
+    np.testing.assert_array_equal(e.num_remote_edges, [0])
+
+
+def test_a_single_edge_needs_a_single_edge_slot():
+    """Em is the largest local edge count, at least 1: one edge (or none) gives Em = 1."""
+    one = Graph.from_edges([0], [1], num_nodes=2, symmetrize=False)
+    assert build_halo_plan(one, np.zeros(2, np.int32)).max_edges == 1
+    none = Graph.from_edges([], [], num_nodes=2, symmetrize=False)
+    assert build_halo_plan(none, np.zeros(2, np.int32)).max_edges == 1
