@@ -37,12 +37,11 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgraph.comm.method import RunInfo, check_int
+from jaxgraph.comm.method import RunInfo, check_periodic
 from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.configfile import from_dict
 from jaxgraph.options import flag
 from jaxgraph.partition.buckets import (
-    MAX_CHUNKS,
     QUANT_WIDTHS,
     check_widths,
 )
@@ -187,9 +186,7 @@ def check_adaptive(owner: str, method) -> None:
     if isinstance(method.assign, dict):
         assign = from_dict(AssignConfig, method.assign, f"{owner}.assign")
         object.__setattr__(method, "assign", assign)
-    check_int(f"{owner}.period", method.period, 0, what=" (0: epochs // 5)")
-    if method.chunks is not None:
-        check_int(f"{owner}.chunks", method.chunks, 0, MAX_CHUNKS, " (0: exact layouts)")
+    check_periodic(owner, method.period, method.chunks)
     if method.score not in ("sum", "squares"):
         raise ValueError(f"{owner}.score must be 'sum' or 'squares', got {method.score!r}")
     if method.period and method.assign.lookahead >= method.period:

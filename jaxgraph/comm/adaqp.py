@@ -172,7 +172,7 @@ class AdaptiveController(Controller):
         self.norm = run.norm
         self.chunks = chunks_or_default(exchange.chunks)
         self.squares = exchange.score == "squares"
-        self.param_dtype = getattr(exchange, "param_dtype", "float32")
+        self.param_dtype = exchange.param_dtype
         self.cost = cost
         self._pending: dict | None = None  # lookahead: (boundary, state, log) of a solve
         if self.config.solver == "milp":

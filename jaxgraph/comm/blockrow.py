@@ -66,10 +66,15 @@ def check_block_widths(owner: str, method) -> None:
         check_quantize(owner, method.quantize)
         inert = ("period", "assign")
     for name in inert:
-        if getattr(method, name, None) != defaults.get(name):
+        if getattr(method, name) != defaults[name]:
             which = "a fixed width" if name == "quantize_grad" else "'random' or 'adaptive'"
             raise ValueError(f"{owner}.{name} applies to quantize={which} only")
-    grad = getattr(method, "quantize_grad", None)
+    check_quantize_grad(owner, method)
+
+
+def check_quantize_grad(owner: str, method) -> None:
+    """``quantize_grad``: none, or a width beside a forward width ``quantize``."""
+    grad = method.quantize_grad
     if grad is not None:
         if method.quantize is None:
             raise ValueError(f"{owner}.quantize_grad needs quantize (the forward width)")
@@ -114,7 +119,7 @@ def fixed_widths(method) -> tuple[int, int]:
 
 def quantize_label(method) -> str:
     out = bits_label(method.quantize)
-    grad = getattr(method, "quantize_grad", None)
+    grad = method.quantize_grad
     if grad is not None and grad != method.quantize:
         out += f"g{grad}"
     return out

@@ -113,6 +113,16 @@ def check_int(name: str, value, low: int, high: float = math.inf, what: str = ""
         )
 
 
+def check_periodic(owner: str, period: int, chunks: int | None) -> None:
+    """``<owner>.period`` (0: ``epochs // 5``) and ``<owner>.chunks`` (none, or a layout in
+    ``[0, MAX_CHUNKS]``) of a method whose widths change every period."""
+    from jaxgraph.partition.buckets import MAX_CHUNKS
+
+    check_int(f"{owner}.period", period, 0, what=" (0: epochs // 5)")
+    if chunks is not None:
+        check_int(f"{owner}.chunks", chunks, 0, MAX_CHUNKS, " (0: exact layouts)")
+
+
 METHOD_TYPES: dict[str, type[Method]] = {}
 
 

@@ -176,6 +176,8 @@ class PipeGCN(Method, CommStrategy):
     chunks: int | None = flag("--exchange-chunks", None)
     score: Literal["sum", "squares"] = "sum"
 
+    # Quantized rows carry fp32 (scale, lo): the layouts' and the program's row parameters.
+    param_dtype: ClassVar[str] = "float32"
     key: ClassVar[str] = "pipegcn"
     spellings: ClassVar[str] = "pipegcn[-sync|-f|-g|-fg][-q<bits>|-qadaptive]"
     modes: ClassVar[tuple[str, ...]] = ("quantize",)

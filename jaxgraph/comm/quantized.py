@@ -12,7 +12,7 @@ import numpy as np
 from jaxgraph.comm.method import (
     Method,
     RunInfo,
-    check_int,
+    check_periodic,
     chunks_or_default,
     match_spelling,
 )
@@ -20,7 +20,6 @@ from jaxgraph.comm.qring import quantized_layer_exchange
 from jaxgraph.comm.strategy import CommStrategy, Controller
 from jaxgraph.options import flag
 from jaxgraph.partition.buckets import (
-    MAX_CHUNKS,
     QUANT_WIDTHS,
     BitAssignment,
     bucket_state,
@@ -83,9 +82,7 @@ class Quantized(Method, CommStrategy):
         if self.bits not in (2, 4, 8, 32, "random") or isinstance(self.bits, bool):
             raise ValueError(f"quantized.bits must be 2, 4, 8, 32 or 'random', got {self.bits!r}")
         object.__setattr__(self, "widths", check_widths(self.widths))
-        check_int("quantized.period", self.period, 0, what=" (0: epochs // 5)")
-        if self.chunks is not None:
-            check_int("quantized.chunks", self.chunks, 0, MAX_CHUNKS, " (0: exact layouts)")
+        check_periodic("quantized", self.period, self.chunks)
         try:
             check_param_dtype(self.param_dtype)
         except ValueError as e:

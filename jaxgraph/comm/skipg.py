@@ -21,6 +21,7 @@ import numpy as np
 from jaxgraph.comm.blockrow import (
     GRAD_SPELLING,
     check_block_plan,
+    check_quantize_grad,
     fixed_widths,
     quantize_label,
     replace_layer,
@@ -155,13 +156,7 @@ class SkipG(Method, CommStrategy):
             raise ValueError(f"skipg.bound must be whole epochs >= 0 (or inf), got {self.bound!r}")
         check_int("skipg.warmup", self.warmup, 0)
         check_quantize("skipg", self.quantize)
-        if self.quantize_grad is not None:
-            if self.quantize is None:
-                raise ValueError("skipg.quantize_grad needs quantize (the forward width)")
-            if self.quantize_grad not in (2, 4, 8, 32) or isinstance(self.quantize_grad, bool):
-                raise ValueError(
-                    f"skipg.quantize_grad must be none, 2, 4, 8 or 32, got {self.quantize_grad!r}"
-                )
+        check_quantize_grad("skipg", self)
 
     def options(self) -> tuple[str, ...]:
         fields = super().options()
