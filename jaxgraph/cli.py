@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from jaxgraph.data.source import DataConfig
-from jaxgraph.options import Choice, Options
+from jaxgraph.options import Choice, Options, attribute_help
 
 # The options that are not fields of a config: the process and where its values start from.
 PROCESS_OPTIONS = (
@@ -132,23 +132,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_distributed_args(parser) -> None:
-    dist = parser.add_argument_group(
+    from jaxgraph.distributed import ENV, DistributedConfig
+
+    group = parser.add_argument_group(
         "multi-process runs (one process per host; default: environment, see jaxgraph.distributed)"
     )
-    dist.add_argument("--coordinator", help="host:port of process 0 (JAXGRAPH_COORDINATOR)")
-    dist.add_argument("--num-processes", type=int, help="(JAXGRAPH_NUM_PROCESSES)")
-    dist.add_argument("--process-id", type=int, help="this process, 0-based (JAXGRAPH_PROCESS_ID)")
-    dist.add_argument(
-        "--init-timeout",
-        type=int,
-        help="seconds to wait for all processes to connect (JAXGRAPH_INIT_TIMEOUT, default 300)",
-    )
-    dist.add_argument(
-        "--heartbeat-timeout",
-        type=int,
-        help="seconds of silence before a peer counts as dead "
-        "(JAXGRAPH_HEARTBEAT_TIMEOUT, default 100)",
-    )
+    helps = attribute_help(DistributedConfig)
+    for f in dataclasses.fields(DistributedConfig):
+        default = "" if f.default is None else f", default {f.default}"
+        kind = str if f.name == "coordinator" else int
+        help_ = f"{helps[f.name]} ({ENV[f.name]}{default})"
+        group.add_argument("--" + f.name.replace("_", "-"), type=kind, help=help_)
 
 
 def _cpu_devices(args) -> int:
@@ -223,13 +217,8 @@ def _start_distributed(args) -> str:
     """Joins a multi-process run if one is configured; returns a label for messages."""
     from jaxgraph.distributed import DistributedConfig, initialize
 
-    config = DistributedConfig.from_env(
-        coordinator=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
-        init_timeout=args.init_timeout,
-        heartbeat_timeout=args.heartbeat_timeout,
-    )
+    fields = dataclasses.fields(DistributedConfig)
+    config = DistributedConfig.from_env(**{f.name: getattr(args, f.name) for f in fields})
     if not initialize(config):
         return ""
     import jax

@@ -1,4 +1,5 @@
-"""Config files: a ``.toml`` or ``.json`` table read into frozen config dataclasses.
+"""Config files: a ``.toml`` or ``.json`` table read into frozen config dataclasses, and the
+checks of their fields (:func:`check_int`, :func:`check`), whose errors name the field.
 
 Training (:func:`jaxgraph.train.load_config`) and embedding
 (:func:`jaxgraph.embed.load_embed_config`) read their files through these two functions, so both
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -79,3 +82,29 @@ def from_dict(
         return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except TypeError as e:
         raise ValueError(f"{where}: {e}") from e
+
+
+def check_int(name: str, value, low: int, high: float = math.inf, what: str = "") -> None:
+    """``value`` is an integer in ``[low, high]``, or an error naming ``name``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not low <= value <= high
+    ):
+        top = "" if high == math.inf else f", {high}"
+        raise ValueError(
+            f"{name} must be an integer in [{low}{top}]{what}, got {value!r}"
+            if top
+            else f"{name} must be an integer >= {low}{what}, got {value!r}"
+        )
+
+
+def check(where: str, ok: bool, value, allowed: str) -> None:
+    """An error ``<where> must be <allowed>, got <value>`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{where} must be {allowed}, got {value!r}")
+
+
+def is_real(value) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

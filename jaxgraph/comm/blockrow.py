@@ -20,9 +20,9 @@ import jax.numpy as jnp
 
 from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.blockwidths import BlockQuantize, BlockWidthsController
-from jaxgraph.comm.method import RunInfo, bits_label, check_int, check_quantize
+from jaxgraph.comm.method import RunInfo, bits_label, check_quantize
 from jaxgraph.comm.strategy import Controller
-from jaxgraph.configfile import from_dict
+from jaxgraph.configfile import check_int, from_dict
 from jaxgraph.partition.halo import HaloPlan
 
 

@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any, ClassVar
 
+from jaxgraph.configfile import check_int
+
 # The aggregation whose coefficients weigh a message in the adaptive assignments; GAT's
 # attention coefficients are data-dependent and take the mean aggregator's as a proxy.
 _MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
@@ -100,17 +102,6 @@ def chunks_or_default(chunks: int | None) -> int:
     from jaxgraph.partition.buckets import default_chunks
 
     return default_chunks()
-
-
-def check_int(name: str, value, low: int, high: float = math.inf, what: str = "") -> None:
-    """``value`` is an integer in ``[low, high]``, or an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        top = "" if high == math.inf else f", {high}"
-        raise ValueError(
-            f"{name} must be an integer in [{low}{top}]{what}, got {value!r}"
-            if top
-            else f"{name} must be an integer >= {low}{what}, got {value!r}"
-        )
 
 
 def check_periodic(owner: str, period: int, chunks: int | None) -> None:

@@ -53,7 +53,6 @@ from jaxgraph.comm.broadcast import broadcast_bytes, halo_sources, skip_broadcas
 from jaxgraph.comm.method import (
     NUMBER,
     Method,
-    check_int,
     match_spelling,
     number_label,
     parse_bits,
@@ -71,6 +70,7 @@ from jaxgraph.comm.staleness import (
     variation_gap,
 )
 from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.configfile import check_int
 from jaxgraph.options import flag
 from jaxgraph.partition.shard import GraphShard
 

@@ -35,7 +35,6 @@ from jaxgraph.comm.broadcast import (
 )
 from jaxgraph.comm.method import (
     Method,
-    check_int,
     check_quantize,
     match_spelling,
     number_label,
@@ -49,6 +48,7 @@ from jaxgraph.comm.qbroadcast import (
 )
 from jaxgraph.comm.staleness import StalenessPolicy, decide, table_bytes
 from jaxgraph.comm.strategy import CommStrategy
+from jaxgraph.configfile import check_int
 
 
 def _gradient_skip_exchange(

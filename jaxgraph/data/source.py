@@ -9,21 +9,12 @@ file changed or assumed is logged once, here, on the ``jaxgraph`` logger.
 from __future__ import annotations
 
 import dataclasses
-import math
 
+from jaxgraph.configfile import check, check_int, is_real
 from jaxgraph.graph import Graph
 from jaxgraph.options import flag
 
 SYNTHETIC = ("sbm", "rmat")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _check(where: str, ok: bool, value, allowed: str) -> None:
-    if not ok:
-        raise ValueError(f"{where} must be {allowed}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,27 +53,22 @@ class DataConfig:
     seed: int | None = flag("--data-seed", None)
 
     def __post_init__(self):
-        n, s = self.num_nodes, self.seed
-        _check("data.num_nodes", _is_int(n) and n >= 1, n, "an integer >= 1")
-        d = self.avg_degree
-        ok = isinstance(d, int | float) and not isinstance(d, bool) and math.isfinite(d) and d > 0
-        _check("data.avg_degree", ok, d, "a finite number > 0")
-        f, c, h = self.num_features, self.num_classes, self.homophily
-        _check("data.num_features", _is_int(f) and f >= 0, f, "an integer >= 0")
-        _check("data.num_classes", _is_int(c) and c >= 1, c, "an integer >= 1")
-        _check("data.homophily", isinstance(h, int | float) and 0 <= h <= 1, h, "in [0, 1]")
-        _check("data.seed", s is None or (_is_int(s) and s >= 0), s, "an integer >= 0 or None")
+        check_int("data.num_nodes", self.num_nodes, 1)
+        d, h = self.avg_degree, self.homophily
+        check("data.avg_degree", is_real(d) and d > 0, d, "a finite number > 0")
+        check_int("data.num_features", self.num_features, 0)
+        check_int("data.num_classes", self.num_classes, 1)
+        check("data.homophily", is_real(h) and 0 <= h <= 1, h, "in [0, 1]")
+        if self.seed is not None:
+            check_int("data.seed", self.seed, 0, what=" or None")
         if self.graph is None:
             for field in ("format", "directed", "features", "labels"):
                 if getattr(self, field) is not None:
                     raise ValueError(f"data.{field} applies to a graph file (data.graph) only")
             if self.name == "sbm":
-                _check(
-                    "data.num_nodes",
-                    n >= c,
-                    n,
-                    f"at least data.num_classes = {c} for an sbm graph",
-                )
+                n, c = self.num_nodes, self.num_classes
+                at_least = f"at least data.num_classes = {c} for an sbm graph"
+                check("data.num_nodes", n >= c, n, at_least)
         elif self.name is not None:
             raise ValueError(
                 f"data.name ({self.name!r}) and data.graph ({self.graph!r}) name two graphs; "

@@ -52,7 +52,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxgraph.atomic import atomic_write_bytes, atomic_write_text
-from jaxgraph.configfile import from_dict, read_config_file
+from jaxgraph.configfile import check_int, from_dict, read_config_file
 from jaxgraph.data.source import DataConfig, load_graph
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
@@ -132,9 +132,7 @@ class EmbedConfig:
             )
         if self.seed < 0:
             raise ValueError(f"seed must be non-negative, got {self.seed}")
-        p = self.parts
-        if isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 1:
-            raise ValueError(f"parts must be an integer >= 1, got {p!r}")
+        check_int("parts", self.parts, 1)
 
     @property
     def uses_feedback(self) -> bool:
@@ -461,21 +459,11 @@ PRESETS: dict[str, str] = {
 
 
 def preset(name: str, method: Method = "felog") -> EmbedConfig:
-    """The defaults of a run by name (:data:`PRESETS` says what each sets):
-
-    * ``"published"``: :class:`EmbedConfig`'s own defaults, DeepWalk's published settings
-      with the row cap (4) and interleaving (8) of :class:`SkipGramConfig`;
-    * ``"word2vec"``: the same corpus and schedule with word2vec's update, for comparisons
-      with gensim: ``row_cap=None`` (a step applies the plain sum of its updates),
-      ``shared_negatives=1`` and ``interleave=None`` (each step's pairs drawn from the whole
-      sync period: a step of 1,024 consecutive pairs sums a hub's updates computed from the
-      same parameters, where word2vec applies them one after another, and diverges on
-      ca-AstroPh). Against ``published`` it scores node classification alike and link
-      prediction well below it, near gensim's (experiments/README.md, "The `published` preset
-      against word2vec's update");
-    * ``"cpu"``: :func:`cpu_config`;
-    * ``"gpu"``: :func:`gpu_config`, the published settings in accelerator-sized steps.
-    """
+    """The defaults of a run by name; :data:`PRESETS` says what each sets and what it does to
+    word2vec's update. ``published`` is :class:`EmbedConfig`'s own defaults, ``word2vec`` the
+    same run with ``row_cap=None, shared_negatives=1, interleave=None`` (measured against
+    ``published`` in experiments/README.md), ``cpu`` :func:`cpu_config`, ``gpu``
+    :func:`gpu_config`."""
     if name == "published":
         return EmbedConfig(method=method, walk=WalkConfig(kind=_walk_kind(method)))
     if name == "word2vec":
@@ -533,12 +521,7 @@ class EmbedJob:
     def __post_init__(self):
         if self.task not in ("auto", "lp", "nc", "none"):
             raise ValueError(f"task must be auto, lp, nc or none, got {self.task!r}")
-        if (
-            isinstance(self.shuffles, bool)
-            or not isinstance(self.shuffles, int)
-            or self.shuffles < 1
-        ):
-            raise ValueError(f"shuffles must be an integer >= 1, got {self.shuffles!r}")
+        check_int("shuffles", self.shuffles, 1)
         ratios = self.train_ratios
         if not ratios or not all(isinstance(r, int | float) and 0.0 < r < 1.0 for r in ratios):
             raise ValueError(

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
+from jaxgraph.configfile import check_int
 from jaxgraph.data.source import DataConfig
 
 
@@ -37,8 +38,7 @@ class PartitionJob:
                 check_output_file(getattr(self, option), f"--{option}")
 
     def __post_init__(self):
-        if isinstance(self.parts, bool) or not isinstance(self.parts, int) or self.parts < 1:
-            raise ValueError(f"parts must be an integer >= 1, got {self.parts!r}")
+        check_int("parts", self.parts, 1)
         object.__setattr__(self, "data", self.data.with_default("cora"))
 
 

@@ -23,28 +23,14 @@ value given.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
-from jaxgraph.configfile import from_dict, read_config_file
+from jaxgraph.configfile import check, check_int, from_dict, is_real, read_config_file
 from jaxgraph.data.source import DataConfig
 from jaxgraph.options import flag
 from jaxgraph.partition.partitioners import METHODS as PARTITIONERS
 from jaxgraph.train.methods import Method, Vanilla, method_from_dict, parse_method
-
-
-def _check(where: str, ok: bool, value, allowed: str) -> None:
-    if not ok:
-        raise ValueError(f"{where} must be {allowed}, got {value!r}")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,28 +56,11 @@ class ModelConfig:
     def __post_init__(self):
         from jaxgraph.models import MODELS
 
-        _check("model.name", self.name in MODELS, self.name, f"one of {', '.join(MODELS)}")
-        _check(
-            "model.hidden",
-            _is_int(self.hidden) and self.hidden >= 1,
-            self.hidden,
-            "an integer >= 1",
-        )
-        _check(
-            "model.num_layers",
-            _is_int(self.num_layers) and self.num_layers >= 1,
-            self.num_layers,
-            "an integer >= 1",
-        )
-        _check(
-            "model.dropout",
-            _is_real(self.dropout) and 0 <= self.dropout < 1,
-            self.dropout,
-            "a number in [0, 1)",
-        )
-        _check(
-            "model.heads", _is_int(self.heads) and self.heads >= 1, self.heads, "an integer >= 1"
-        )
+        check("model.name", self.name in MODELS, self.name, f"one of {', '.join(MODELS)}")
+        for name in ("hidden", "num_layers", "heads"):
+            check_int(f"model.{name}", getattr(self, name), 1)
+        d = self.dropout
+        check("model.dropout", is_real(d) and 0 <= d < 1, d, "a number in [0, 1)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,18 +76,9 @@ class OptimConfig:
     weight_decay: float = 5e-4
 
     def __post_init__(self):
-        _check(
-            "optim.learning_rate",
-            _is_real(self.learning_rate) and self.learning_rate > 0,
-            self.learning_rate,
-            "a finite number > 0",
-        )
-        _check(
-            "optim.weight_decay",
-            _is_real(self.weight_decay) and self.weight_decay >= 0,
-            self.weight_decay,
-            "a finite number >= 0",
-        )
+        lr, wd = self.learning_rate, self.weight_decay
+        check("optim.learning_rate", is_real(lr) and lr > 0, lr, "a finite number > 0")
+        check("optim.weight_decay", is_real(wd) and wd >= 0, wd, "a finite number >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,34 +121,20 @@ class TrainConfig:
     def __post_init__(self):
         object.__setattr__(self, "method", parse_method(self.method))
         object.__setattr__(self, "data", self.data.with_default("cora"))
-        _check("parts", _is_int(self.parts) and self.parts >= 1, self.parts, "an integer >= 1")
-        _check(
+        for name, low in (("parts", 1), ("epochs", 1), ("seed", 0), ("eval_every", 1)):
+            check_int(name, getattr(self, name), low)
+        check_int("checkpoint_every", self.checkpoint_every, 0, what=" (0: never)")
+        check(
             "partition",
             self.partition in PARTITIONERS,
             self.partition,
             f"one of {', '.join(PARTITIONERS)}",
         )
-        _check("epochs", _is_int(self.epochs) and self.epochs >= 1, self.epochs, "an integer >= 1")
-        _check("seed", _is_int(self.seed) and self.seed >= 0, self.seed, "an integer >= 0")
-        _check(
-            "eval_every",
-            _is_int(self.eval_every) and self.eval_every >= 1,
-            self.eval_every,
-            "an integer >= 1",
-        )
         if self.data.graph is None and self.data.name in ("sbm", "rmat"):
-            _check(
-                "parts",
-                self.parts <= self.data.num_nodes,
-                self.parts,
-                f"at most data.num_nodes = {self.data.num_nodes} (one node per part at least)",
+            n = self.data.num_nodes
+            check_int(
+                "parts", self.parts, 1, n, f" (at most data.num_nodes = {n}, one node per part)"
             )
-        _check(
-            "checkpoint_every",
-            _is_int(self.checkpoint_every) and self.checkpoint_every >= 0,
-            self.checkpoint_every,
-            "an integer >= 0 (0: never)",
-        )
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
