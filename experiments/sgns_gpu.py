@@ -2,7 +2,7 @@
 """Skip-gram step throughput on one accelerator: pairs/s of the trainer's device program and
 the fraction of memory bandwidth it reaches, beside a device copy measured in the same run.
 
-The program is the trainer's: ``S`` steps of :func:`jaxgraph.embed.skipgram._sgns_step` in one
+The program is the trainer's: ``S`` steps of :func:`jaxgraph.embed.sgns._sgns_step` in one
 ``fori_loop`` (the chunk between two syncs), power-law row ids, shared negatives (``G``) and
 the row cap as configured. Bytes per pair are counted as the random rows a step moves: each
 pair gathers its input and positive rows and ``K / G`` negative rows, and scatter-adds into the
@@ -38,7 +38,7 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 
 def step_rate(rows: int, dim: int, batch: int, steps: int, negatives: int, share: int, cap):
     """Pairs per second of ``steps`` trainer steps of ``batch`` pairs on ``rows`` rows."""
-    from jaxgraph.embed.skipgram import _sgns_step
+    from jaxgraph.embed.sgns import _sgns_step
 
     rng = np.random.default_rng(0)
     p = 1.0 / np.arange(1, rows + 1) ** 0.8

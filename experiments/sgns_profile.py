@@ -72,7 +72,7 @@ class _Timed:
 
 @dataclasses.dataclass(frozen=True)
 class WholeTableSync:
-    """AllSync's rule as a plain :class:`~jaxgraph.embed.skipgram.TableSync`, which the
+    """AllSync's rule as a plain :class:`~jaxgraph.embed.merge.TableSync`, which the
     trainer runs as given: every row of both tables at every sync."""
 
     merge: str
@@ -82,7 +82,7 @@ class WholeTableSync:
         return self.merge != "mean"
 
     def __call__(self, tables, anchor, *, axis_name):
-        from jaxgraph.embed.skipgram import merge_rows
+        from jaxgraph.embed.merge import merge_rows
 
         return merge_rows(tables, anchor, self.merge, axis_name=axis_name)
 
@@ -96,16 +96,14 @@ def profile_round(trainer, walks) -> dict:
     ``trainer`` timed."""
     trainer.train_round(walks, 0)
     names = {
-        "train": "_train",
-        "merge_periodic": "_periodic_sync",
-        "merge_input_rows": "_input_rows_sync",
-        "merge_full": "_full_sync",
+        "train": "train",
+        "merge_periodic": "periodic_sync",
+        "merge_input_rows": "input_rows_sync",
+        "merge_full": "full_sync",
     }
-    timed = {}
-    for key, attr in names.items():
-        if hasattr(trainer, attr):
-            timed[key] = _Timed(getattr(trainer, attr))
-            setattr(trainer, attr, timed[key])
+    timed = {key: _Timed(getattr(trainer.programs, attr)) for key, attr in names.items()}
+    timed = {key: t for key, t in timed.items() if t.program is not None}
+    trainer.programs = trainer.programs._replace(**{names[key]: t for key, t in timed.items()})
     st = trainer.train_round(walks, 1)
     parts = {key: {"seconds": t.seconds, "calls": t.calls} for key, t in timed.items()}
     busy = sum(t.seconds for t in timed.values()) + st.seconds_pairs
@@ -150,7 +148,8 @@ def main(argv=None):
 
     from jaxgraph.data import load_dataset
     from jaxgraph.data.synthetic import rmat
-    from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
+    from jaxgraph.embed.sgns import SkipGramConfig
+    from jaxgraph.embed.skipgram import SkipGramTrainer
     from jaxgraph.embed.walks import WalkConfig, out_csr, random_walks
     from jaxgraph.mesh import make_mesh
 

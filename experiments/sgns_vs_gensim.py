@@ -98,7 +98,8 @@ def main(argv=None):
     from jaxgraph.data.synthetic import rmat
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed.sequential import train_sequential
-    from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
+    from jaxgraph.embed.sgns import SkipGramConfig
+    from jaxgraph.embed.skipgram import SkipGramTrainer
     from jaxgraph.embed.walks import WalkConfig, Walks, out_csr, random_walks
     from jaxgraph.mesh import make_mesh
 

@@ -2,7 +2,11 @@
 
 * :mod:`jaxgraph.embed.walks`: DeepWalk and node2vec walks on the host (numba).
 * :mod:`jaxgraph.embed.corpus`: counts, sub-sampling, negative tables and skip-gram pairs.
-* :mod:`jaxgraph.embed.skipgram`: the SGNS update and the data-parallel trainer (JAX).
+* :mod:`jaxgraph.embed.sgns`: the SGNS hyper-parameters and update (JAX).
+* :mod:`jaxgraph.embed.merge`: how replicas merge (:class:`TableSync`, the merge rules, AllSync);
+  :mod:`jaxgraph.embed.sync` the selective syncs.
+* :mod:`jaxgraph.embed.programs` and :mod:`jaxgraph.embed.skipgram`: the data-parallel
+  trainer's ``shard_map`` programs and its host driver.
 * :mod:`jaxgraph.embed.sequential`: word2vec's update one pair at a time (numba), the reference
   the trainer's quality is measured against.
 * :mod:`jaxgraph.embed.feedback`: neighbourhood consistency and the active-set rule (FeeST).
@@ -11,6 +15,7 @@
 """
 
 from jaxgraph.embed.feedback import FeedbackConfig, neighbour_consistency, update_active_set
+from jaxgraph.embed.merge import AllSync, TableSync
 from jaxgraph.embed.run import (
     EmbedConfig,
     EmbedResult,
@@ -20,14 +25,8 @@ from jaxgraph.embed.run import (
     gpu_config,
     load_embed_config,
 )
-from jaxgraph.embed.skipgram import (
-    AllSync,
-    SkipGramConfig,
-    SkipGramTrainer,
-    Tables,
-    TableSync,
-    sgns_update,
-)
+from jaxgraph.embed.sgns import SkipGramConfig, Tables, sgns_update
+from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.walks import WalkConfig, Walks, out_csr, random_walks
 
 __all__ = [

@@ -55,7 +55,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -601,16 +600,8 @@ class RoundRunner:
     # .............................................................. train state
 
     def save_state(self, r: int, stopped: bool) -> None:
-        tr = self.trainer
-        arrays = {
-            "syn0": np.asarray(tr.tables.syn0),
-            "syn1": np.asarray(tr.tables.syn1),
-            "counts": tr.counts,
-            "update_counts": tr.update_counts,
-            "ever_inactive": self.ever_inactive,
-        }
-        if tr.anchor is not None:
-            arrays["anchor0"], arrays["anchor1"] = map(np.asarray, tr.anchor)
+        arrays, counters = self.trainer.state_dict()
+        arrays["ever_inactive"] = self.ever_inactive
         with self.cond:
             pending = dict(self.active_after)
         for f, a in pending.items():
@@ -621,8 +612,7 @@ class RoundRunner:
             "round": r,
             "stopped": stopped,
             "stop_reason": self.stop_reason,
-            "step": tr._step,
-            "periodic_syncs": tr.periodic_syncs,
+            **counters,
             "codec_k": None if self.codec is None else self.codec.k,
             "settings": self._settings(),
             "rounds": [dataclasses.asdict(x) for x in self.rounds],
@@ -639,24 +629,10 @@ class RoundRunner:
                 if meta["settings"].get(k) != self._settings().get(k)
             )
             raise CheckpointError(f"checkpoint {path} is from a different run: settings {diff}")
-        tr = self.trainer
-        shard = tr.tables.syn0.sharding
-        if arrays["syn0"].shape != tr.tables.syn0.shape:
-            raise CheckpointError(
-                f"checkpoint {path}: tables of shape {arrays['syn0'].shape}, this run has "
-                f"{tr.tables.syn0.shape} (a different mesh?)"
-            )
-        tr.tables = type(tr.tables)(
-            jax.device_put(arrays["syn0"], shard), jax.device_put(arrays["syn1"], shard)
-        )
-        if tr.anchor is not None:
-            tr.anchor = type(tr.anchor)(
-                jax.device_put(arrays["anchor0"], shard), jax.device_put(arrays["anchor1"], shard)
-            )
-        tr.counts[:] = arrays["counts"]
-        tr.update_counts[:] = arrays["update_counts"]
-        tr._step = int(meta["step"])
-        tr.periodic_syncs = int(meta["periodic_syncs"])
+        try:
+            self.trainer.load_state_dict(arrays, meta)
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint {path}: {e}") from e
         self.ever_inactive[:] = arrays["ever_inactive"]
         self.active_after = {
             int(k.split("_")[1]) - 1: v for k, v in arrays.items() if k.startswith("active_")

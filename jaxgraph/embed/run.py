@@ -57,6 +57,7 @@ from jaxgraph.data.source import DataConfig, load_graph
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
+from jaxgraph.embed.merge import AllSync, TableSync
 from jaxgraph.embed.pipeline import (
     PipelineConfig,
     RoundLog,
@@ -65,7 +66,8 @@ from jaxgraph.embed.pipeline import (
     latest_state,
     run_rounds,
 )
-from jaxgraph.embed.skipgram import AllSync, SkipGramConfig, SkipGramTrainer, TableSync
+from jaxgraph.embed.sgns import SkipGramConfig
+from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.sync import HotspotSync, RandomSync
 from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
@@ -89,7 +91,7 @@ class EmbedConfig:
       compress: FaBC (:mod:`jaxgraph.embed.compress`): each round's walks go to the device
         bitmap-compressed and are decoded there; None sends nothing (the trainer reads the host
         walks). The trained result is the same either way.
-      sync: the trainer's periodic :class:`~jaxgraph.embed.skipgram.TableSync` (None:
+      sync: the trainer's periodic :class:`~jaxgraph.embed.merge.TableSync` (None:
         ``AllSync(sgns.merge)``), e.g. :class:`jaxgraph.embed.sync.HotspotSync`.
       pipeline: the RiPP schedule (:class:`~jaxgraph.embed.pipeline.PipelineConfig`); None is
         the sequential loop with no lag (each round walks from the previous round's feedback).

@@ -4,7 +4,7 @@ The reference the batched trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrai
 compared against at scale. :func:`train_sequential` trains on exactly the trainer's pair
 stream (the same counts, sub-sampling, window shrinks and walk order, from
 :func:`~jaxgraph.embed.corpus.skipgram_pairs` under the trainer's keys), at the trainer's
-learning rates (:meth:`~jaxgraph.embed.skipgram.SkipGramConfig.step_rates`, by token fraction
+learning rates (:meth:`~jaxgraph.embed.sgns.SkipGramConfig.step_rates`, by token fraction
 at the start of each walk), with negatives from the same ``count ** 0.75`` alias table. What
 differs is the batching alone: every pair reads the tables as the pair before it left them (no
 recurring rows within a step, no row cap, no shared negatives, one replica), as word2vec's and
@@ -41,7 +41,7 @@ from jaxgraph.embed.corpus import (
     pairs_per_walk,
     skipgram_pairs,
 )
-from jaxgraph.embed.skipgram import round_walk_order
+from jaxgraph.embed.sgns import round_walk_order
 from jaxgraph.embed.walks import Walks
 
 
@@ -114,7 +114,7 @@ def train_sequential(rounds, num_nodes, config, *, seed):
       rounds: a list of :class:`~jaxgraph.embed.walks.Walks`, round ``r`` the walks the
         trainer's ``train_round(walks, r)`` would take.
       num_nodes: ``N``.
-      config: the :class:`~jaxgraph.embed.skipgram.SkipGramConfig` (its dimension, window,
+      config: the :class:`~jaxgraph.embed.sgns.SkipGramConfig` (its dimension, window,
         negatives, sub-sampling, counts must be ``"corpus"``, learning rates and
         ``init_scale``; batching options are ignored).
       seed: the run seed, as the trainer's (pairs, walk order); the initial table and the

@@ -2,7 +2,7 @@
 
 The data-parallel trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) keeps one replica
 of ``syn0`` and ``syn1`` per device and merges them every ``sync_every`` steps with a
-:class:`~jaxgraph.embed.skipgram.TableSync`. :class:`~jaxgraph.embed.skipgram.AllSync` merges
+:class:`~jaxgraph.embed.merge.TableSync`. :class:`~jaxgraph.embed.merge.AllSync` merges
 every row; the syncs here merge a few rows chosen on the host before each sync, to move fewer
 bytes than AllSync at about its quality:
 
@@ -41,8 +41,9 @@ from typing import Literal, NamedTuple, get_args
 import jax
 import numpy as np
 
+from jaxgraph.embed.merge import PlannedSync, merge_block
+from jaxgraph.embed.sgns import Merge, Tables, check_merge
 from jaxgraph.embed.sizes import padded_size
-from jaxgraph.embed.skipgram import Merge, Tables, check_merge, merge_block
 from jaxgraph.options import flag
 
 _PURPOSE_SYNC = 5  # host-stream purpose (jaxgraph.embed._hostrng uses 1..4)
@@ -127,7 +128,7 @@ def merge_selected_rows(
 ) -> tuple[Tables, Tables | None]:
     """Merges rows ``index`` of both tables across ``axis_name``; other rows are unchanged.
 
-    Each rule as :func:`jaxgraph.embed.skipgram.merge_block` on the gathered rows, e.g.
+    Each rule as :func:`jaxgraph.embed.merge.merge_block` on the gathered rows, e.g.
     ``"mean"``: ``t[index] <- pmean(t[index])``, ``"sum"``: ``t[index] <- a[index] +
     psum(t[index] - a[index])``, ``"touched"`` divided per row by the replicas that changed it,
     and the anchor rows likewise; unselected rows are not touched.
@@ -156,7 +157,7 @@ def merge_selected_rows(
 
 
 @dataclasses.dataclass(frozen=True)
-class _SelectiveSync:
+class _SelectiveSync(PlannedSync):
     merge: Merge = "mean"
     full_every: int | None = 32
     counts: Hotness = flag("--hotness", "total")
@@ -271,7 +272,7 @@ class HotspotSync(_SelectiveSync):
 
     Attributes:
       merge: ``"mean"`` (averaging, as FeLoG), ``"sum"`` or ``"touched"`` (see
-        :func:`jaxgraph.embed.skipgram.merge_rows`).
+        :func:`jaxgraph.embed.merge.merge_rows`).
       full_every: every ``full_every``-th periodic sync merges all rows, so no row stays
         unmerged for more than ``full_every`` sync periods; None: only the round-end merge.
       counts: hotness from the update counts of the whole run (``"total"``), of the current

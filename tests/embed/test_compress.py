@@ -26,8 +26,8 @@ from jaxgraph.embed.compress import (
     ratio_table,
 )
 from jaxgraph.embed.run import EmbedConfig, embed
+from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.sizes import padded_size
-from jaxgraph.embed.skipgram import SkipGramConfig
 from jaxgraph.embed.walks import PAD, WalkConfig, Walks, random_walks
 
 from graph_cases import power_law

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from jaxgraph.embed import _hostrng as hr
 from jaxgraph.embed import device_pairs as dp
 from jaxgraph.embed.corpus import corpus_counts, keep_probability, skipgram_pairs
+from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.sizes import padded_size
-from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
+from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.sync import HotspotSync
 from jaxgraph.embed.walks import PAD, WalkConfig, Walks, random_walks
 from jaxgraph.mesh import make_mesh

@@ -14,13 +14,14 @@ import pytest
 from jaxgraph.cli import main
 from jaxgraph.data import load_graph
 from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.merge import AllSync
 from jaxgraph.embed.pipeline import PipelineConfig
 from jaxgraph.embed.run import (
     EmbedConfig,
     embed,
     load_embed_config,
 )
-from jaxgraph.embed.skipgram import AllSync, SkipGramConfig
+from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync, RandomSync
 from jaxgraph.embed.walks import WalkConfig
 

@@ -12,7 +12,7 @@ from jaxgraph.data import dc_sbm
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.health import HealthCheck
 from jaxgraph.embed.run import PRESETS, EmbedConfig, embed, preset
-from jaxgraph.embed.skipgram import SkipGramConfig
+from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig
 
 # 300 nodes and the trainer shapes of test_skipgram.py, to reuse its compilations.

@@ -10,7 +10,7 @@ from jaxgraph.embed.feedback import (
     update_active_set,
 )
 from jaxgraph.embed.run import EmbedConfig, embed
-from jaxgraph.embed.skipgram import SkipGramConfig
+from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
 

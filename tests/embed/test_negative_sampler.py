@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from jaxgraph.embed.corpus import alias_table, negative_weights
-from jaxgraph.embed.skipgram import sample_negatives
+from jaxgraph.embed.sgns import sample_negatives
 
 draw = jax.jit(sample_negatives, static_argnums=3)
 

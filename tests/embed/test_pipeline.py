@@ -27,7 +27,7 @@ from jaxgraph.embed.pipeline import (
     write_state,
 )
 from jaxgraph.embed.run import EmbedConfig, embed
-from jaxgraph.embed.skipgram import SkipGramConfig
+from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync
 from jaxgraph.embed.walks import WalkConfig
 

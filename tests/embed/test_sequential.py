@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from jaxgraph.embed.sequential import train_pairs, train_pairs_given, train_sequential
-from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer, sgns_update_reference
+from jaxgraph.embed.sgns import SkipGramConfig, sgns_update_reference
+from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.walks import WalkConfig, Walks, random_walks
 from jaxgraph.mesh import make_mesh
 

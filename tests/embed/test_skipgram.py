@@ -11,21 +11,18 @@ import pytest
 from scipy import stats
 
 from jaxgraph.embed.corpus import alias_table, negative_weights
-from jaxgraph.embed.skipgram import (
-    SUM_SWING_STEPS,
-    AllSync,
+from jaxgraph.embed.merge import AllSync, merge_rows
+from jaxgraph.embed.programs import sync_program, train_program
+from jaxgraph.embed.sgns import (
     SkipGramConfig,
-    SkipGramTrainer,
     Tables,
     init_tables,
-    merge_rows,
     row_multiplicity,
     sample_negatives,
     sgns_update,
     sgns_update_reference,
-    sync_program,
-    train_program,
 )
+from jaxgraph.embed.skipgram import SUM_SWING_STEPS, SkipGramTrainer
 from jaxgraph.embed.walks import WalkConfig, random_walks
 from jaxgraph.mesh import make_mesh
 

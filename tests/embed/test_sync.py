@@ -8,14 +8,11 @@ import pytest
 
 from jaxgraph.embed import _hostrng as hr
 from jaxgraph.embed.corpus import keep_probability, skipgram_pairs
+from jaxgraph.embed.merge import AllSync
+from jaxgraph.embed.programs import indexed_sync_program
+from jaxgraph.embed.sgns import SkipGramConfig, Tables
 from jaxgraph.embed.sizes import padded_size
-from jaxgraph.embed.skipgram import (
-    AllSync,
-    SkipGramConfig,
-    SkipGramTrainer,
-    Tables,
-    indexed_sync_program,
-)
+from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.sync import (
     HotspotSync,
     RandomSync,

@@ -31,7 +31,8 @@ import pytest
 from scipy import stats
 
 from jaxgraph.embed.sequential import train_sequential
-from jaxgraph.embed.skipgram import SkipGramConfig, SkipGramTrainer
+from jaxgraph.embed.sgns import SkipGramConfig
+from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import make_mesh
 
