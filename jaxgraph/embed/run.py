@@ -54,18 +54,13 @@ from jax.sharding import Mesh
 from jaxgraph.atomic import atomic_write_bytes, atomic_write_text
 from jaxgraph.configfile import check_int, from_dict, read_config_file
 from jaxgraph.data.source import DataConfig, load_graph
+from jaxgraph.embed.checkpoints import latest_state
 from jaxgraph.embed.compress import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
 from jaxgraph.embed.merge import AllSync, TableSync
-from jaxgraph.embed.pipeline import (
-    PipelineConfig,
-    RoundLog,
-    RoundRunner,
-    Span,
-    latest_state,
-    run_rounds,
-)
+from jaxgraph.embed.pipeline import PipelineConfig, Span, run_rounds
+from jaxgraph.embed.rounds import RoundLog, RoundRunner
 from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.sync import HotspotSync, RandomSync

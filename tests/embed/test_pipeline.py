@@ -11,21 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxgraph.atomic import CheckpointError
 from jaxgraph.data import dc_sbm
-from jaxgraph.embed.compress import FabcConfig
-from jaxgraph.embed.feedback import FeedbackConfig
-from jaxgraph.embed.pipeline import (
-    CheckpointError,
-    PipelineConfig,
-    PipelineStopped,
-    busy_fractions,
+from jaxgraph.embed.checkpoints import (
     latest_state,
     read_checkpoint,
     read_state,
-    run_stages,
     write_checkpoint,
     write_state,
 )
+from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.feedback import FeedbackConfig
+from jaxgraph.embed.pipeline import PipelineConfig, PipelineStopped, busy_fractions, run_stages
 from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.sync import HotspotSync
