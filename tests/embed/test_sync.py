@@ -340,3 +340,43 @@ def test_share_budget_rounds_up_to_at_least_one_row():
     assert HotspotSync(num_rows=0.05).budget(301) == 16
     assert HotspotSync().budget(50) is None
     assert HotspotSync().rows(10) == RandomSync().rows(10) == 20  # both tables, every row
+
+
+def test_budget_bounds_are_inclusive():
+    """``num_rows = 1`` (one row) and ``num_rows = 1.0`` (every node) are the ends of the valid
+    ranges: a count >= 1 and a share in (0, 1]."""
+    counts = np.array([2, 9, 4])
+    one = HotspotSync(num_rows=1, full_every=None)
+    assert one.budget(3) == 1 and RandomSync(num_rows=1).budget(3) == 1
+    # The single hottest row (node 1, count 9); padded_size(1) = 1 < 3 rows: no full merge.
+    np.testing.assert_array_equal(one.plan(counts, counts, 0, 0).index, [1])
+    assert one.plan(counts, counts, 0, 0).selected == 1
+    every = HotspotSync(num_rows=1.0, full_every=None)
+    assert every.budget(7) == 7 and RandomSync(num_rows=1.0).budget(3) == 3
+    assert every.plan(counts, counts, 0, 0) == SyncPlan(None, 3, 6)  # all rows: a full merge
+
+
+def test_share_budget_rounding_absorbs_float_error_of_large_products():
+    # 0.56 of 600,000,000 nodes is exactly 336,000,000 rows, but 0.56 * 6e8 is
+    # 336000000.00000006 in float64 (one ulp, 6e-8, above): rounding to 6 decimals removes it,
+    # rounding to 7 would not and ceil would add a row.
+    assert 0.56 * 600_000_000 > 336_000_000
+    assert HotspotSync(num_rows=0.56).budget(600_000_000) == 336_000_000
+
+
+def test_periodic_full_merge_selects_every_node():
+    counts = np.array([2, 9, 4, 4, 2, 9])  # 3 blocks of 6 nodes
+    sync = HotspotSync(full_every=2)
+    assert sync.plan(counts, counts, 1, 0) == SyncPlan(None, 6, 12)  # sync 1: (1 + 1) % 2 == 0
+    assert sync.plan(counts, counts, 0, 0).selected == 3  # sync 0: one node per block
+
+
+def test_error_messages_name_the_option_and_its_values():
+    with pytest.raises(ValueError, match=r"counts must be one of total, round, pending, got 'x'"):
+        HotspotSync(counts="x")
+    sync = RandomSync(counts="pending")
+    with pytest.raises(ValueError) as err:
+        sync.plan(np.zeros(3), np.zeros(3), 0, 0)
+    assert str(err.value) == (
+        "counts='pending' needs pending_counts (updates since each row's last merge)"
+    )

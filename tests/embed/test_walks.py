@@ -1,10 +1,13 @@
 """Random walks: valid paths, padding, dead ends, reproducibility, transition probabilities."""
 
+from types import SimpleNamespace
+
 import numba
 import numpy as np
 import pytest
 from scipy import stats
 
+from jaxgraph.embed import walks as walks_module
 from jaxgraph.embed.walks import (
     PAD,
     WalkConfig,
@@ -164,3 +167,105 @@ def test_walk_throughput_counts_one_walk_per_node_with_out_edges():
     assert got["seconds"] > 0
     assert got["walks_per_s"] == pytest.approx(4.0 / got["seconds"])
     assert got["tokens_per_s"] == pytest.approx(20.0 / got["seconds"])
+
+
+def test_deepwalk_ignores_p_and_q():
+    """p and q are node2vec's: a DeepWalk config with other values walks exactly as without."""
+    g = power_law()
+    starts = np.arange(g.num_nodes)
+    plain = random_walks(g, starts, WalkConfig(walk_length=12, walks_per_node=2), seed=4)
+    biased = random_walks(g, starts, WalkConfig("deepwalk", 12, 2, 0.25, 4.0), seed=4)
+    np.testing.assert_array_equal(biased.nodes, plain.nodes)
+    np.testing.assert_array_equal(biased.lengths, plain.lengths)
+
+
+def test_round_index_defaults_to_the_first_round():
+    g = power_law()
+    starts = np.arange(g.num_nodes)
+    cfg = WalkConfig(walk_length=8)
+    default = random_walks(g, starts, cfg, seed=3)
+    np.testing.assert_array_equal(
+        default.nodes, random_walks(g, starts, cfg, seed=3, round_index=0).nodes
+    )
+    assert not np.array_equal(
+        default.nodes, random_walks(g, starts, cfg, seed=3, round_index=1).nodes
+    )
+
+
+def test_walk_length_one_is_just_the_start_and_walks_per_node_is_checked():
+    g = Graph.from_edges([0, 1], [1, 2], num_nodes=4, symmetrize=False)
+    w = random_walks(g, [0, 3], WalkConfig(walk_length=1, walks_per_node=2), seed=0)
+    assert w.to_lists() == [[0], [3], [0], [3]]
+    with pytest.raises(ValueError) as err:
+        WalkConfig(walks_per_node=0)
+    assert str(err.value) == "walks_per_node must be >= 1, got 0"
+
+
+def test_to_lists_rejects_lengths_that_do_not_match_the_walks():
+    """A length per walk: a batch with fewer lengths than rows fails instead of dropping walks."""
+    w = Walks(np.array([[0, 1], [2, PAD]], np.int32), np.array([2], np.int32))
+    with pytest.raises(ValueError, match="shorter"):
+        w.to_lists()
+
+
+def _fake_clock(monkeypatch, ticks):
+    """Makes walk_throughput's clock return ``ticks`` in turn; more reads than ticks fail."""
+    ticks = list(ticks)
+
+    def perf_counter():
+        assert ticks, "the clock was read more often than expected"
+        return ticks.pop(0)
+
+    monkeypatch.setattr(walks_module, "time", SimpleNamespace(perf_counter=perf_counter))
+    return ticks
+
+
+@pytest.mark.parametrize(
+    ("ticks", "best"),
+    [
+        ([10.0, 13.0, 20.0, 21.0], 1.0),  # repeats take 3 s and 1 s
+        ([10.0, 11.0, 20.0, 23.0], 1.0),  # 1 s and 3 s: the faster is the first
+    ],
+)
+def test_walk_throughput_reports_the_fastest_repeat(monkeypatch, ticks, best):
+    # 0 -> 1 -> 2 -> 0 and 3 -> 0: 4 walks of 5 nodes every repeat (no dead end reached).
+    g = Graph.from_edges([0, 1, 2, 3], [1, 2, 0, 0], num_nodes=5, symmetrize=False)
+    left = _fake_clock(monkeypatch, ticks)
+    got = walk_throughput(g, WalkConfig(walk_length=5), repeats=2)
+    assert left == []  # read twice per repeat
+    assert got == {
+        "walks": 4.0,
+        "tokens": 20.0,
+        "seconds": best,
+        "walks_per_s": 4.0 / best,
+        "tokens_per_s": 20.0 / best,
+    }
+
+
+def test_walk_throughput_walks_seed_zero_once_and_a_new_round_per_repeat(monkeypatch):
+    # 0 -> 1..20, 1..10 -> 0, 11..20 are dead ends: every step from 0 ends the walk with
+    # probability 1/2, so the token count depends on the draws (seed and round).
+    hub = np.zeros(20, np.int64)
+    leaves = np.arange(1, 21)
+    g = Graph.from_edges(
+        np.concatenate([hub, leaves[:10]]),
+        np.concatenate([leaves, hub[:10]]),
+        num_nodes=21,
+        symmetrize=False,
+    )
+    cfg = WalkConfig(walk_length=9)
+    starts = np.arange(11)  # the nodes with out-edges
+
+    def tokens(seed, round_index):
+        return random_walks(g, starts, cfg, seed=seed, round_index=round_index).num_tokens
+
+    first, second, other_seed = tokens(0, 0), tokens(0, 1), tokens(1, 0)
+    assert len({first, second, other_seed}) == 3  # the draws tell them apart
+    _fake_clock(monkeypatch, [0.0, 2.0])  # the default: one repeat
+    got = walk_throughput(g, cfg)
+    assert got["walks"] == 11.0 and got["tokens"] == first and got["seconds"] == 2.0
+    # Two repeats, the second (round 1) the faster: its walks are the ones reported.
+    _fake_clock(monkeypatch, [0.0, 2.0, 5.0, 6.0])
+    got = walk_throughput(g, cfg, repeats=2)
+    assert got["tokens"] == second and got["seconds"] == 1.0
+    assert got["tokens_per_s"] == second
