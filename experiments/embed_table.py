@@ -32,6 +32,7 @@ import numpy as np
 from jaxgraph.cli import emulate_cpu_devices
 from jaxgraph.data import load_dataset
 from jaxgraph.embed import evaluate as ev
+from jaxgraph.embed import retrieval as rt
 from jaxgraph.embed.feedback import FeedbackConfig
 from jaxgraph.embed.run import EmbedConfig, cpu_config, embed, save_json
 from jaxgraph.embed.skipgram import SkipGramTrainer
@@ -272,7 +273,7 @@ def _astroph_one(args, g, mesh) -> list[dict]:
     rows = []
     for name, (res, curve) in runs.items():
         aucs = {s: ev.link_prediction_auc(split, res.syn0, s, res.syn1) for s in ev.SCORES}
-        ret = ev.edge_retrieval(res.syn0, split, ks=(10,))
+        ret = rt.edge_retrieval(res.syn0, split, ks=(10,))
         reach = against_baseline(
             time_to_quality(res, curve, target), base_reach, gen and gen["seconds"]
         )

@@ -60,7 +60,7 @@ from embed_table import (  # shared settings
 from jaxgraph.cli import num_rows_arg
 from jaxgraph.data import load_dataset, rmat
 from jaxgraph.embed import evaluate as ev
-from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.codec import FabcConfig
 from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_fractions
 from jaxgraph.embed.run import atomic_write_bytes, embed, save_json
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes

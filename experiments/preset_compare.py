@@ -47,7 +47,7 @@ import numpy as np
 from jaxgraph.data import DataConfig, load_graph
 from jaxgraph.embed import EmbedConfig, embed
 from jaxgraph.embed import evaluate as ev
-from jaxgraph.embed.run import preset
+from jaxgraph.embed.job import preset
 
 from results_io import add_output_args, load_runs, write_runs
 

@@ -86,7 +86,7 @@ def _options(command: str) -> Options:
 
         return Options(TrainConfig(), {"method": _method_choice()})
     if command == "embed":
-        from jaxgraph.embed.run import EmbedJob
+        from jaxgraph.embed.job import EmbedJob
 
         return Options(EmbedJob(), {"config.sync": _sync_choice()})
     from jaxgraph.partition.job import PartitionJob
@@ -117,7 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
                 "--config", help="a .json or .toml config file; the options given override it"
             )
         if command == "embed":
-            from jaxgraph.embed.run import PRESETS
+            from jaxgraph.embed.job import PRESETS
 
             sp.add_argument(
                 "--preset",
@@ -199,7 +199,7 @@ def _job(args):
             raise ValueError(f"--workdir {cfg.workdir} is a file, not a directory")
         return cfg
     if args.command == "embed":
-        from jaxgraph.embed.run import EmbedJob, base_config
+        from jaxgraph.embed.job import EmbedJob, base_config
 
         method = getattr(args, "--method", None)
         base = base_config(method, preset_name=args.preset, config=args.config)
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         from jaxgraph.distributed import is_primary
 
         if args.command == "embed":
-            from jaxgraph.embed.run import run_job
+            from jaxgraph.embed.job import run_job
 
             summary = run_job(job)
         else:

@@ -10,16 +10,21 @@
 * :mod:`jaxgraph.embed.sequential`: word2vec's update one pair at a time (numba), the reference
   the trainer's quality is measured against.
 * :mod:`jaxgraph.embed.feedback`: neighbourhood consistency and the active-set rule (FeeST).
-* :mod:`jaxgraph.embed.run`: the round loop (:func:`embed`) and the ``jaxgraph embed`` command.
-* :mod:`jaxgraph.embed.evaluate`: link prediction, node classification and retrieval metrics.
+* :mod:`jaxgraph.embed.compress` and :mod:`jaxgraph.embed.codec`: FaBC's format and its use in
+  a run.
+* :mod:`jaxgraph.embed.run`: a run (:func:`embed`); :mod:`jaxgraph.embed.rounds` its operators,
+  :mod:`jaxgraph.embed.pipeline` their schedule, :mod:`jaxgraph.embed.checkpoints` their files;
+  :mod:`jaxgraph.embed.job` the ``jaxgraph embed`` command.
+* :mod:`jaxgraph.embed.evaluate` and :mod:`jaxgraph.embed.retrieval`: link prediction, node
+  classification and retrieval metrics.
 """
 
 from jaxgraph.embed.feedback import FeedbackConfig, neighbour_consistency, update_active_set
 from jaxgraph.embed.merge import AllSync, TableSync
+from jaxgraph.embed.rounds import RoundLog
 from jaxgraph.embed.run import (
     EmbedConfig,
     EmbedResult,
-    RoundLog,
     cpu_config,
     embed,
     gpu_config,

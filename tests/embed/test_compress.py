@@ -11,10 +11,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jaxgraph.embed import compress as fabc
+from jaxgraph.embed.codec import FabcConfig, WalkCodec
 from jaxgraph.embed.compress import (
     CompressedWalks,
-    FabcConfig,
-    WalkCodec,
     choose_k,
     decode_host,
     decode_on_device,

@@ -13,7 +13,7 @@ import pytest
 
 from jaxgraph.cli import main
 from jaxgraph.data import load_graph
-from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.codec import FabcConfig
 from jaxgraph.embed.merge import AllSync
 from jaxgraph.embed.pipeline import PipelineConfig
 from jaxgraph.embed.run import (

@@ -6,6 +6,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, roc_auc_score
 
 from jaxgraph.embed import evaluate as ev
+from jaxgraph.embed import retrieval as rt
 from jaxgraph.graph import Graph
 
 from graph_cases import directed, power_law, random_graph
@@ -105,10 +106,10 @@ def test_one_vs_rest_equals_sklearn_and_classifies_separable_labels():
 
 def test_faiss_and_numpy_top_k_agree():
     rng = np.random.default_rng(3)
-    base = ev.l2_normalize(rng.standard_normal((400, 16)))
+    base = rt.l2_normalize(rng.standard_normal((400, 16)))
     queries = base[:50]
-    fs, fi = ev.top_k_inner_product(base, queries, 20, "faiss")
-    ns, ni = ev.top_k_inner_product(base, queries, 20, "numpy")
+    fs, fi = rt.top_k_inner_product(base, queries, 20, "faiss")
+    ns, ni = rt.top_k_inner_product(base, queries, 20, "numpy")
     np.testing.assert_array_equal(fi, ni)
     np.testing.assert_allclose(fs, ns, atol=1e-5)
     np.testing.assert_array_equal(fi[:, 0], np.arange(50))  # a vector is its own best match
@@ -128,7 +129,7 @@ def test_retrieval_metrics_by_hand():
     train = Graph.from_edges([0, 0], [1, 2], num_nodes=5, symmetrize=True)
     split = ev.LinkSplit(train, np.array([[0, 3], [1, 4]]), np.array([[2, 4], [0, 4]]), 0.5)
     for backend in ("faiss", "numpy"):
-        m = ev.edge_retrieval(emb, split, ks=(1, 3), backend=backend)
+        m = rt.edge_retrieval(emb, split, ks=(1, 3), backend=backend)
         ranks = np.array([1.0, 3.0, 4.0, 3.0])
         assert m["queries"] == 4
         assert m["hit@1"] == pytest.approx(0.25) and m["hit@3"] == pytest.approx(0.75)
@@ -141,9 +142,9 @@ def test_retrieval_metrics_by_hand():
 def test_label_retrieval_by_hand():
     emb = _toy_line()
     labels = np.array([[1, 0], [0, 1], [1, 0], [0, 1], [1, 1]], bool)
-    m = ev.label_retrieval(emb, labels, ks=(1, 3), max_queries=None)
+    m = rt.label_retrieval(emb, labels, ks=(1, 3), max_queries=None)
     assert m["queries"] == 5
-    top = ev.filtered_top_k(emb, np.arange(5), np.zeros(6, np.int64), np.zeros(0, np.int64), 3)
+    top = rt.filtered_top_k(emb, np.arange(5), np.zeros(6, np.int64), np.zeros(0, np.int64), 3)
     rel = [[bool(labels[q] @ labels[j]) for j in top[q]] for q in range(5)]
     first = [next((i + 1 for i, r in enumerate(row) if r), np.inf) for row in rel]
     n_rel = [(labels @ labels[q] > 0).sum() - 1 for q in range(5)]
@@ -166,6 +167,6 @@ def test_retrieval_backends_agree_on_a_real_split():
     g = power_law()
     split = ev.link_prediction_split(g, 0.5, seed=0)
     emb = np.random.default_rng(0).standard_normal((g.num_nodes, 8))
-    a = ev.edge_retrieval(emb, split, backend="faiss")
-    b = ev.edge_retrieval(emb, split, backend="numpy")
+    a = rt.edge_retrieval(emb, split, backend="faiss")
+    b = rt.edge_retrieval(emb, split, backend="numpy")
     assert a == b

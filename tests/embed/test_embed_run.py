@@ -10,8 +10,10 @@ import pytest
 from jaxgraph.cli import main
 from jaxgraph.data import dc_sbm
 from jaxgraph.embed import evaluate as ev
+from jaxgraph.embed import retrieval as rt
 from jaxgraph.embed.health import HealthCheck
-from jaxgraph.embed.run import PRESETS, EmbedConfig, embed, preset
+from jaxgraph.embed.job import PRESETS, preset
+from jaxgraph.embed.run import EmbedConfig, embed
 from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.walks import WalkConfig
 
@@ -118,7 +120,7 @@ def test_planted_partition_quality():
     assert sorted(res.snapshots) == sorted(res.elapsed) == [0, 1]
     np.testing.assert_array_equal(res.snapshots[1], res.syn0)
     assert 0 < res.elapsed[0] < res.elapsed[1] <= res.seconds
-    unit = ev.l2_normalize(res.syn0)
+    unit = rt.l2_normalize(res.syn0)
     cos = unit @ unit.T
     same = g.labels[:, None] == g.labels[None, :]
     off = ~np.eye(300, dtype=bool)

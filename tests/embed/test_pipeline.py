@@ -20,7 +20,7 @@ from jaxgraph.embed.checkpoints import (
     write_checkpoint,
     write_state,
 )
-from jaxgraph.embed.compress import FabcConfig
+from jaxgraph.embed.codec import FabcConfig
 from jaxgraph.embed.feedback import FeedbackConfig
 from jaxgraph.embed.pipeline import PipelineConfig, PipelineStopped, busy_fractions, run_stages
 from jaxgraph.embed.run import EmbedConfig, embed
