@@ -95,13 +95,16 @@ def _options(command: str) -> Options:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jaxgraph", description=__doc__.splitlines()[0])
-    p.add_argument(
+    devices = argparse.ArgumentParser(add_help=False)  # before or after the command
+    devices.add_argument(
         "--cpu-devices",
         type=int,
-        default=None,
+        default=argparse.SUPPRESS,
         help="number of emulated CPU devices (default 8, or for 'embed' its --parts; ignored "
         "on GPU/TPU)",
+    )
+    p = argparse.ArgumentParser(
+        prog="jaxgraph", description=__doc__.splitlines()[0], parents=[devices]
     )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("datasets", help="list the bundled datasets and their cache state")
@@ -111,7 +114,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "embed": "random-walk node embedding (FeLoG, DeepWalk, node2vec)",
     }
     for command, help_ in helps.items():
-        sp = sub.add_parser(command, help=help_, description=help_)
+        sp = sub.add_parser(command, help=help_, description=help_, parents=[devices])
         if command != "partition":
             sp.add_argument(
                 "--config", help="a .json or .toml config file; the options given override it"
@@ -148,10 +151,11 @@ def _add_distributed_args(parser) -> None:
 def _cpu_devices(args) -> int:
     """``--cpu-devices``, or its default: an embedding run's ``--parts`` (else the config
     file's ``parts``; a bad count is reported later with the other options), else 8."""
-    if args.cpu_devices is not None:
-        if args.cpu_devices < 1:
-            raise SystemExit(f"--cpu-devices must be >= 1, got {args.cpu_devices}")
-        return args.cpu_devices
+    given = getattr(args, "cpu_devices", None)  # absent unless given, before or after the command
+    if given is not None:
+        if given < 1:
+            raise SystemExit(f"--cpu-devices must be >= 1, got {given}")
+        return given
     if args.command != "embed":
         return 8
     parts = getattr(args, "--parts", None)

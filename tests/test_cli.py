@@ -154,6 +154,9 @@ def test_config_unknown_key(tmp_path):
         (["embed", "--dataset", "cora", "--parts", "0"], 1),  # refused later, with its name
         (["train", "--dataset", "cora"], 8),
         (["--cpu-devices", "3", "embed", "--dataset", "cora"], 3),  # an explicit count wins
+        (["embed", "--dataset", "cora", "--cpu-devices", "3"], 3),  # after the command too
+        (["train", "--cpu-devices", "2", "--parts", "2"], 2),
+        (["partition", "--cpu-devices", "5"], 5),
     ],
 )
 def test_emulated_cpu_device_count(argv, devices):

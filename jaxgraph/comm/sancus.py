@@ -177,7 +177,9 @@ class Sancus(Method, CommStrategy):
     def parse(cls, text: str) -> Sancus | None:
         """``sancus-<e|a|h><bound>[-w<warmup>][-clip<th>|-eclip<th>][-q<bits>]``: ``e``
         epochs, ``a`` adaptive, ``h`` mean absolute gap; ``-clip`` clips parameter gradients,
-        ``-eclip`` the embedding-gradient messages."""
+        ``-eclip`` the embedding-gradient messages; ``sancus`` alone is the defaults."""
+        if text == cls.key:
+            return cls()
         g = match_spelling(
             rf"sancus-(?P<kind>[eah])(?P<bound>{NUMBER})(?:-w(?P<warmup>\d+))?"
             rf"(?:-(?P<at>e?)clip(?P<clip>\d+(?:\.\d+)?))?(?:-q(?P<q>2|4|8|32|random|adaptive){GRAD_SPELLING})?",

@@ -141,7 +141,8 @@ def test_method_names():
     assert make_strategy("sancus-einf-w3").bound == math.inf
     assert make_strategy(s.name) == s  # names round-trip
     assert hash(make_strategy("sancus-e1")) == hash(Sancus("epoch", 1))
-    for bad in ("sancus", "sancus-x1", "sancus-e1.5", "sancus-e1-clip", "cagnet-2"):
+    assert make_strategy("sancus") == Sancus()  # the name alone: the defaults
+    for bad in ("sancus-x1", "sancus-e1.5", "sancus-e1-clip", "cagnet-2"):
         with pytest.raises(ValueError):
             make_strategy(bad)
     with pytest.raises(ValueError, match="bound"):

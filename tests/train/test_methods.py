@@ -62,9 +62,11 @@ def test_every_listed_spelling_parses():
 
 
 @pytest.mark.parametrize(
-    "text", ["quant-3", "quant-", "pipegcn-", "pipegcn-x", "sancus", "sancus-x1", "cagnet-2"]
+    "text", ["quant-3", "quant-", "pipegcn-", "pipegcn-x", "sancus-", "sancus-x1", "cagnet-2"]
 )
 def test_unknown_spellings_are_errors(text):
+    """A type's name alone is its defaults (``--method sancus``, as a ``[method.sancus]``
+    section); anything else it does not spell is an error listing the spellings."""
     with pytest.raises(ValueError, match=f"unknown method {text!r}; expected one of vanilla"):
         parse_method(text)
 
@@ -123,6 +125,11 @@ NOT_APPLICABLE = {
     "sancus": "chunks",
     "skipg": "clip",
 }
+
+
+@pytest.mark.parametrize("key", sorted(METHOD_TYPES))
+def test_each_registered_name_is_its_defaults(key):
+    assert parse_method(key) == METHOD_TYPES[key]()
 
 
 @pytest.mark.parametrize("key", sorted(METHOD_TYPES))
