@@ -14,21 +14,20 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgraph.mesh import make_mesh
 from pallas_kernels.backend import Backend, default_backend, resolve_backend
+from pallas_kernels.packing import pack_codes, packed_rows, unpack_codes
 from pallas_kernels.quantize import (
     DequantizeBlockSizes,
     QuantizeBlockSizes,
     dequantize,
-    dequantize_reference,
-    pack_codes,
-    packed_rows,
     quantize,
-    quantize_codes_reference,
     quantize_pallas,
-    quantize_reference,
-    random_uniforms,
-    unpack_codes,
 )
-from pallas_kernels.quantize import _threefry2x32 as threefry2x32
+from pallas_kernels.quantize_ref import (
+    dequantize_reference,
+    quantize_codes_reference,
+    quantize_reference,
+)
+from pallas_kernels.random_bits import random_uniforms, threefry2x32
 
 BITS = (2, 4, 8)
 F32_EPS = float(np.finfo(np.float32).eps)
