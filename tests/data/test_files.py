@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from jaxgraph.data import GraphFileError, from_edge_list, save_pyg_npz
 from jaxgraph.data.files import (
     GRAPH_FORMATS,
     detect_format,
     random_split_if_missing,
     read_graph,
 )
-from jaxgraph.data.io import GraphFileError, from_edge_list, save_pyg_npz
 from jaxgraph.graph import Graph
 
 

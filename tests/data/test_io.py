@@ -1,4 +1,5 @@
-"""Tests of jaxgraph.data.io and Graph.from_edges: converters, round trips and errors."""
+"""Tests of the converters (jaxgraph.data.pyg, edgelist, adjacency, convert) and
+Graph.from_edges: round trips and errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgraph.data.io import (
+from jaxgraph.data import (
     GraphFileError,
     from_edge_list,
     from_jraph,
