@@ -125,12 +125,18 @@ def quantize_label(method) -> str:
     return out
 
 
+def _trace(layer_state):
+    """The layer's :class:`~jaxgraph.comm.blockwidths.WidthTrace`, or None."""
+    return None if layer_state.quant is None else layer_state.quant.trace
+
+
 def block_trace_probes(comm_state):
     """Adaptive block widths trace the gradient partials each device sends: per layer, zeros
     of the backward trace's shape, or None (nothing to trace anywhere: None)."""
-    if not isinstance(comm_state, tuple) or not any("trace" in st for st in comm_state):
+    traces = [_trace(st) for st in comm_state]
+    if all(t is None for t in traces):
         return None
-    return tuple(jnp.zeros_like(st["trace"]["bwd"]) if "trace" in st else None for st in comm_state)
+    return tuple(None if t is None else jnp.zeros_like(t.bwd) for t in traces)
 
 
 def absorb_block_traces(comm_state, probe_grads):
@@ -140,5 +146,6 @@ def absorb_block_traces(comm_state, probe_grads):
     for layer, grads in enumerate(probe_grads):
         if grads is not None:
             st = out[layer]
-            out[layer] = {**st, "trace": {**st["trace"], "bwd": st["trace"]["bwd"] + grads}}
+            trace = st.quant.trace._replace(bwd=st.quant.trace.bwd + grads)
+            out[layer] = st._replace(quant=st.quant._replace(trace=trace))
     return tuple(out)

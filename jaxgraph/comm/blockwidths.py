@@ -25,16 +25,16 @@ them, re-decided every ``period`` epochs by :class:`BlockWidthsController`:
   program separates: each block takes the width of least cost, exactly. Zero denominators drop
   their term, as in :mod:`jaxgraph.comm.assign`.
 
-``comm_state`` of a quantized layer holds ``widths`` (:class:`BlockWidths`, static: a new
-assignment compiles a new step), ``bits`` (``int32[P, 2, P]``, the same widths as data, so a
-checkpoint restores them) and, when adaptive, ``trace`` (``fwd: f32[P, B]``, ``bwd: f32[P,
-P-1]`` in halo order).
+The layer state of every block-row method has a field ``quant``: None, or for a layer whose
+widths change, a :class:`LayerWidths` (``widths``, static: a new assignment compiles a new
+step; ``bits``, the same widths as data, so a checkpoint restores them; and, when adaptive,
+``trace``, a :class:`WidthTrace`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import numpy as np
@@ -60,6 +60,24 @@ class BlockWidths:
 
 
 jax.tree_util.register_dataclass(BlockWidths, data_fields=[], meta_fields=["fwd", "bwd"])
+
+
+class WidthTrace(NamedTuple):
+    """What adaptive widths trace over a period, per device: ``fwd: f32[P, B]`` the range
+    variance of each row of its block when it travels, ``bwd: f32[P, P-1]`` that of the gradient
+    partials it sends back, in halo order."""
+
+    fwd: Any
+    bwd: Any
+
+
+class LayerWidths(NamedTuple):
+    """The widths in force in one layer: ``widths`` (static), ``bits: int32[P, 2, P]`` (the
+    same as data, for checkpoints) and, for adaptive widths, their ``trace``."""
+
+    widths: BlockWidths
+    bits: Any
+    trace: WidthTrace | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,17 +127,16 @@ def initial_widths(q: BlockQuantize, num_parts: int, layer: int, epoch: int) -> 
     return BlockWidths(w, w)
 
 
-def widths_state(widths: BlockWidths, num_parts: int, rows: int, traced: bool) -> dict:
-    """The layer's entries of ``comm_state`` for ``widths`` (leaves ``[P, ...]``), traces
-    zeroed."""
+def widths_state(widths: BlockWidths, num_parts: int, rows: int, traced: bool) -> LayerWidths:
+    """A layer's :class:`LayerWidths` for ``widths`` (leaves ``[P, ...]``), traces zeroed."""
     bits = np.asarray([widths.fwd, widths.bwd], np.int32)
-    out = {"widths": widths, "bits": np.broadcast_to(bits, (num_parts, 2, num_parts)).copy()}
+    trace = None
     if traced:
-        out["trace"] = {
-            "fwd": np.zeros((num_parts, rows), np.float32),
-            "bwd": np.zeros((num_parts, num_parts - 1), np.float32),
-        }
-    return out
+        trace = WidthTrace(
+            np.zeros((num_parts, rows), np.float32),
+            np.zeros((num_parts, num_parts - 1), np.float32),
+        )
+    return LayerWidths(widths, np.broadcast_to(bits, (num_parts, 2, num_parts)).copy(), trace)
 
 
 def tree_seconds(num_parts: int, source: int, mib: float, cost, *, reverse: bool) -> float:
@@ -189,7 +206,7 @@ class BlockWidthsController(Controller):
         traced = self.q.mode == "adaptive"
         for layer in self._layers():
             widths = initial_widths(self.q, p, layer, epoch)
-            state[layer] = {**state[layer], **widths_state(widths, p, rows, traced)}
+            state[layer] = state[layer]._replace(quant=widths_state(widths, p, rows, traced))
         return tuple(state)
 
     def _boundary(self, epoch: int) -> bool:
@@ -204,7 +221,7 @@ class BlockWidthsController(Controller):
         traced = self.q.mode == "adaptive"
         out = list(comm_state)
         for layer, w in widths.items():
-            out[layer] = {**comm_state[layer], **widths_state(w, p, rows, traced)}
+            out[layer] = comm_state[layer]._replace(quant=widths_state(w, p, rows, traced))
         return tuple(out)
 
     def update(self, comm_state, *, epoch):
@@ -234,10 +251,10 @@ class BlockWidthsController(Controller):
         p, rows = self.plan.num_parts, self.plan.num_local_rows
         fetch = saved_getter(saved, "")
         for layer in self._layers():
-            bits = fetch(f"[{layer}]['bits']", state[layer]["bits"])
+            bits = fetch(f"[{layer}].quant.bits", state[layer].quant.bits)
             widths = BlockWidths(tuple(map(int, bits[0, 0])), tuple(map(int, bits[0, 1])))
             entries = widths_state(widths, p, rows, self.q.mode == "adaptive")
-            state[layer] = {**state[layer], **entries}
+            state[layer] = state[layer]._replace(quant=entries)
         return tuple(state)
 
     def cost_model(self):
@@ -257,10 +274,10 @@ class BlockWidthsController(Controller):
         widths, log = {}, {"widths": {}, "projected": {}}
         for layer in self._layers():
             dim = self.layer_dims[layer]
-            trace = jax.tree.map(to_host, comm_state[layer]["trace"])
-            forward = np.sum(row_weight * np.asarray(trace["fwd"], np.float64), axis=1)
+            trace = jax.tree.map(to_host, comm_state[layer].quant.trace)
+            forward = np.sum(row_weight * np.asarray(trace.fwd, np.float64), axis=1)
             backward = np.bincount(
-                slot_source.ravel(), np.asarray(trace["bwd"], np.float64).ravel(), p
+                slot_source.ravel(), np.asarray(trace.bwd, np.float64).ravel(), p
             )
             chosen = []
             for weights, reverse in ((forward, False), (backward, True)):

@@ -6,7 +6,7 @@ reduced back to the owners along the same trees; optionally quantized
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,12 +25,19 @@ from jaxgraph.comm.blockrow import (
     quantize_label,
     replace_layer,
 )
+from jaxgraph.comm.blockwidths import LayerWidths
 from jaxgraph.comm.broadcast import all_blocks_by_broadcast, broadcast_bytes
 from jaxgraph.comm.method import Method, match_spelling, parse_bits, parse_bits_or_mode
 from jaxgraph.comm.qbroadcast import block_tree_bytes, quantized_blocks, quantized_broadcast_bytes
 from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.comm.strategy import CommStrategy
 from jaxgraph.options import flag
+
+
+class CagnetLayer(NamedTuple):
+    """A layer's state under widths per block: its widths in force (None until installed)."""
+
+    quant: LayerWidths | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +98,7 @@ class CAGNET(Method, CommStrategy):
     def init_state(self, plan, layer_dims, *, epoch=0):
         check_block_plan(plan, "CAGNET")
         # Widths per block: a state per layer, which the controller fills with the widths.
-        return tuple({} for _ in layer_dims) if self.quantize in BLOCK_MODES else {}
+        return tuple(CagnetLayer() for _ in layer_dims) if self.quantize in BLOCK_MODES else ()
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -107,8 +114,8 @@ class CAGNET(Method, CommStrategy):
         if key is None:
             raise ValueError("a quantized broadcast needs a PRNG key")
         per_block = self.quantize in BLOCK_MODES
-        st = comm_state[layer] if per_block else {}
-        bits, grad_bits = (st["widths"].fwd, st["widths"].bwd) if per_block else fixed_widths(self)
+        quant = comm_state[layer].quant if per_block else None
+        bits, grad_bits = (quant.widths.fwd, quant.widths.bwd) if per_block else fixed_widths(self)
         halo, _ = quantized_blocks(
             h_local,
             None,
@@ -132,11 +139,9 @@ class CAGNET(Method, CommStrategy):
             _, forward = quantized_broadcast_bytes(b, f, num_parts, bits)
             _, backward = quantized_broadcast_bytes(b, f, num_parts, grad_bits)
         nbytes = jnp.float32(forward + (0 if layer == 0 else backward))
-        if "trace" in st:  # adaptive widths: this block's row variances (always broadcast)
-            new = {
-                **st,
-                "trace": {**st["trace"], "fwd": st["trace"]["fwd"] + row_range_variance(h_local)},
-            }
+        if quant is not None and quant.trace is not None:  # adaptive: this block's variances
+            trace = quant.trace._replace(fwd=quant.trace.fwd + row_range_variance(h_local))
+            new = CagnetLayer(quant._replace(trace=trace))
             comm_state = replace_layer(comm_state, layer, new)
         return halo.reshape(-1, f), comm_state, nbytes
 

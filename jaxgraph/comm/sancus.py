@@ -2,11 +2,10 @@
 
 Each owner decides per layer and epoch whether its block is ACTIVE (broadcast; receivers
 refresh their cached copy and its version) or STALE (skipped; receivers reuse ``H̃_j``), by
-the bounds of :mod:`jaxgraph.comm.staleness`. ``comm_state`` per layer and device: ``cache``
-(``f32[P-1, B, F]``, the other blocks in halo order), ``tags`` (``int32[P-1]``, each cached
-block's version on this receiver, ``-1`` never received), ``last_sent`` (this owner's block as
-last broadcast, bit for bit every receiver's copy), ``sent_version`` and ``count`` (completed
-epochs). The local diagonal block is always fresh; every broadcast result is a new array.
+the bounds of :mod:`jaxgraph.comm.staleness`. ``comm_state`` is a :class:`SancusLayer` per
+layer: the cached blocks and their versions on each receiver, each owner's block as last
+broadcast (bit for bit every receiver's copy), and the epoch counters. The local diagonal block
+is always fresh; every broadcast result is a new array.
 
 - **First layer**: its rows are data, so it follows an exact rule: a block is broadcast iff
   it differs from its last broadcast copy (features without input dropout are sent once).
@@ -30,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +48,7 @@ from jaxgraph.comm.blockrow import (
     quantize_label,
     replace_layer,
 )
+from jaxgraph.comm.blockwidths import LayerWidths
 from jaxgraph.comm.broadcast import broadcast_bytes, halo_sources, skip_broadcast_blocks
 from jaxgraph.comm.method import (
     NUMBER,
@@ -94,6 +94,26 @@ def _tag_index(num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     i, j = np.meshgrid(np.arange(num_parts), np.arange(num_parts), indexing="ij")
     cols = (i - j) % num_parts - 1
     return i, np.maximum(cols, 0), cols < 0
+
+
+class SancusLayer(NamedTuple):
+    """One layer's Sancus state on every device (leaves ``[P, ...]``; per device below).
+
+    Attributes:
+      cache: ``f32[P-1, B, F]`` the other devices' blocks as last received (halo order).
+      tags: ``int32[P-1]`` the epoch each cached block was broadcast at (-1: never).
+      last_sent: ``f32[B, F]`` this device's block as its receivers hold it.
+      sent_version: ``int32[]`` the epoch this device last broadcast at (-1: never).
+      count: ``int32[]`` epochs run (the epoch of the next exchange, minus one).
+      quant: the widths in force when they change per block (None otherwise).
+    """
+
+    cache: Any
+    tags: Any
+    last_sent: Any
+    sent_version: Any
+    count: Any
+    quant: LayerWidths | None = None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -269,13 +289,13 @@ class Sancus(Method, CommStrategy):
         check_block_plan(plan, "Sancus")
         p, b = plan.num_parts, plan.num_local_rows
         return tuple(
-            {
-                "cache": np.zeros((p, p - 1, b, f), np.float32),
-                "tags": np.full((p, p - 1), -1, np.int32),
-                "last_sent": np.zeros((p, b, f), np.float32),
-                "sent_version": np.full(p, -1, np.int32),
-                "count": np.full(p, epoch, np.int32),
-            }
+            SancusLayer(
+                cache=np.zeros((p, p - 1, b, f), np.float32),
+                tags=np.full((p, p - 1), -1, np.int32),
+                last_sent=np.zeros((p, b, f), np.float32),
+                sent_version=np.full(p, -1, np.int32),
+                count=np.full(p, epoch, np.int32),
+            )
             for f in layer_dims
         )
 
@@ -285,23 +305,23 @@ class Sancus(Method, CommStrategy):
         st = comm_state[layer]
         p = num_parts
         b, f = h_local.shape
-        count = st["count"] + 1
+        count = st.count + 1
         if p == 1:
-            new = {**st, "count": count}
+            new = st._replace(count=count)
             halo = jnp.zeros((0, f), h_local.dtype)
             return halo, replace_layer(comm_state, layer, new), jnp.float32(0)
 
         i = jax.lax.axis_index(axis_name)
         h = jax.lax.stop_gradient(h_local)  # h: f32[B, F]
-        last = st["last_sent"]  # f32[B, F]
+        last = st.last_sent  # f32[B, F]
         gap = variation_gap(h, last, shard.local_mask)
-        tags = jnp.where(_reads_blocks(shard, p), st["tags"], NOT_READ)  # int32[P-1]
+        tags = jnp.where(_reads_blocks(shard, p), st.tags, NOT_READ)  # int32[P-1]
         report = jnp.concatenate(
             [
                 jnp.stack(
                     [
                         count,
-                        st["sent_version"],
+                        st.sent_version,
                         jnp.any(h != last).astype(jnp.int32),
                         jax.lax.bitcast_convert_type(gap, jnp.int32),
                     ]
@@ -333,13 +353,13 @@ class Sancus(Method, CommStrategy):
         if quantized:
             if key is None:
                 raise ValueError("a quantized broadcast needs a PRNG key")
-            if "widths" in st:  # per owner block (random or adaptive)
-                bits, grad_bits = st["widths"].fwd, st["widths"].bwd
+            if st.quant is not None:  # per owner block (random or adaptive)
+                bits, grad_bits = st.quant.widths.fwd, st.quant.widths.bwd
             else:
                 bits, grad_bits = fixed_widths(self)
             halo, decoded = quantized_blocks(
                 h_local,
-                st["cache"],
+                st.cache,
                 active,
                 key,
                 bits=bits,
@@ -357,7 +377,7 @@ class Sancus(Method, CommStrategy):
             decoded = jax.lax.stop_gradient(decoded)
         else:
             halo = skip_broadcast_blocks(
-                h_local, st["cache"], active, axis_name=axis_name, num_parts=p
+                h_local, st.cache, active, axis_name=axis_name, num_parts=p
             )  # [P-1, B, F]
             per_rank, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
             per_rank = np.broadcast_to(per_rank, (p, p))  # the same for every source
@@ -365,17 +385,17 @@ class Sancus(Method, CommStrategy):
             decoded = h
         fresh = active[halo_sources(i, p)]  # [P-1]
         own = active[i]
-        new = {
-            **st,
-            "cache": jax.lax.stop_gradient(halo),
-            "tags": jnp.where(fresh, epoch, st["tags"]),
-            "last_sent": jnp.where(own, decoded, last),
-            "sent_version": jnp.where(own, epoch, st["sent_version"]),
-            "count": count,
-        }
-        if "trace" in st:  # adaptive widths: this block's row variances when it travels
-            traced = jnp.where(own, row_range_variance(h_local), 0.0)
-            new["trace"] = {**st["trace"], "fwd": st["trace"]["fwd"] + traced}
+        new = st._replace(
+            cache=jax.lax.stop_gradient(halo),
+            tags=jnp.where(fresh, epoch, st.tags),
+            last_sent=jnp.where(own, decoded, last),
+            sent_version=jnp.where(own, epoch, st.sent_version),
+            count=count,
+        )
+        if st.quant is not None and st.quant.trace is not None:  # adaptive widths
+            traced = jnp.where(own, row_range_variance(h_local), 0.0)  # when the block travels
+            trace = st.quant.trace._replace(fwd=st.quant.trace.fwd + traced)
+            new = new._replace(quant=st.quant._replace(trace=trace))
 
         rel = (i - jnp.arange(p)) % p  # this device's relative rank in each source's tree
         sends = jnp.asarray(per_rank, jnp.float32)[jnp.arange(p), rel]  # [P] by source
@@ -392,4 +412,4 @@ class Sancus(Method, CommStrategy):
         return absorb_block_traces(comm_state, probe_grads)
 
 
-__all__ = ["Sancus", "clip_cotangent"]
+__all__ = ["Sancus", "SancusLayer", "clip_cotangent"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -96,6 +96,22 @@ def _gradient_skip_exchange(
     return exchange(h_local, probe, cached, active, key)
 
 
+class SkipGLayer(NamedTuple):
+    """One layer's SkipG state on every device (leaves ``[P, ...]``; per device below).
+
+    Attributes:
+      count: ``int32[]`` epochs run.
+      grad: ``f32[B, F]`` the last reduced gradient sum of this device's block (None for the
+        first layer, whose input is data: no backward pass).
+      sent_version: ``int32[]`` the epoch of that reduction (-1: never; None for the first
+        layer).
+    """
+
+    count: Any
+    grad: Any = None
+    sent_version: Any = None
+
+
 @dataclasses.dataclass(frozen=True)
 class SkipG(Method, CommStrategy):
     """Bounded gradient staleness on the block-row layout (the SkipG baseline).
@@ -177,14 +193,10 @@ class SkipG(Method, CommStrategy):
     def init_state(self, plan, layer_dims, *, epoch=0):
         check_block_plan(plan, "SkipG")
         p, b = plan.num_parts, plan.num_local_rows
-        count = {"count": np.full(p, epoch, np.int32)}
+        count = np.full(p, epoch, np.int32)
         # Layer 0 (data input) has no backward pass: only its counter.
-        return (count,) + tuple(
-            {
-                "grad": np.zeros((p, b, f), np.float32),
-                "sent_version": np.full(p, -1, np.int32),
-                **count,
-            }
+        return (SkipGLayer(count),) + tuple(
+            SkipGLayer(count, np.zeros((p, b, f), np.float32), np.full(p, -1, np.int32))
             for f in layer_dims[1:]
         )
 
@@ -194,7 +206,7 @@ class SkipG(Method, CommStrategy):
         p = num_parts
         b, f = h_local.shape
         st = comm_state[layer]
-        count = st["count"] + 1
+        count = st.count + 1
         quantized = self.quantize is not None and p > 1
         if quantized:
             if key is None:
@@ -212,10 +224,10 @@ class SkipG(Method, CommStrategy):
                 halo = quantized_all_blocks(h_local, bits, key, **kw).reshape(-1, f)
             else:
                 halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=p)
-            new = {**st, "count": count}
+            new = st._replace(count=count)
             return halo, replace_layer(comm_state, layer, new), jnp.float32(total)
         i = jax.lax.axis_index(axis_name)
-        report = jnp.stack([count, st["sent_version"]])  # int32[2]
+        report = jnp.stack([count, st.sent_version])  # int32[2]
         table = jax.lax.psum(jnp.zeros((p, 2), jnp.int32).at[i].set(report), axis_name)
         epoch = table[0, 0]
         policy = StalenessPolicy("epoch", self.bound, self.warmup)
@@ -223,7 +235,7 @@ class SkipG(Method, CommStrategy):
         halo = _gradient_skip_exchange(
             h_local,
             probe,
-            st["grad"],
+            st.grad,
             active,
             key,
             axis_name=axis_name,
@@ -231,11 +243,7 @@ class SkipG(Method, CommStrategy):
             bits=bits,
             grad_bits=grad_bits,
         )
-        new = {
-            **st,
-            "sent_version": jnp.where(active[i], epoch, st["sent_version"]),
-            "count": count,
-        }
+        new = st._replace(sent_version=jnp.where(active[i], epoch, st.sent_version), count=count)
         # Backward: every non-source device sends one block per executed reduction tree.
         backward = jnp.sum(jnp.where(active & (jnp.arange(p) != i), block, 0)).astype(jnp.float32)
         nbytes = jnp.float32(total + table_bytes(p, 2)) + backward
@@ -243,7 +251,7 @@ class SkipG(Method, CommStrategy):
 
     def probes(self, comm_state, num_layers):
         return tuple(
-            None if layer == 0 else jnp.zeros_like(comm_state[layer]["grad"])
+            None if layer == 0 else jnp.zeros_like(comm_state[layer].grad)
             for layer in range(num_layers)
         )
 
@@ -251,8 +259,8 @@ class SkipG(Method, CommStrategy):
         out = comm_state
         for layer, grad in enumerate(probe_grads):
             if grad is not None:
-                out = replace_layer(out, layer, {**out[layer], "grad": grad})
+                out = replace_layer(out, layer, out[layer]._replace(grad=grad))
         return out
 
 
-__all__ = ["SkipG"]
+__all__ = ["SkipG", "SkipGLayer"]

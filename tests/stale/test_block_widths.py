@@ -136,8 +136,8 @@ def test_adaptive_cagnet_widths_follow_the_traces():
         q = dict(quantize="adaptive", period=2, assign=AssignConfig(lam=lam))
         out, state, controller = _steps(CAGNET(**q), 4, 3)
         for layer in (0, 1):
-            assert set(state.comm_state[layer]["widths"].fwd) == expect
-        assert set(state.comm_state[1]["widths"].bwd) == expect
+            assert set(state.comm_state[layer].quant.widths.fwd) == expect
+        assert set(state.comm_state[1].quant.widths.bwd) == expect
         assert {"fwd0", "fwd1", "bwd1"} <= set(controller.log(3)["widths"])
         assert (out[2][1] < out[1][1]) == (lam == 0.0)
 
@@ -158,7 +158,7 @@ def test_random_widths_follow_the_period_and_are_known_ahead():
     a checkpoint restores into) holds the widths the run reached."""
     strategy = Sancus(**POLICY, quantize="random", period=2)
     plan, trainer, shards, state = _setup(strategy, GRAPH, 4, run=RunInfo(seed=5))
-    dims = tuple(state.comm_state[layer]["cache"].shape[-1] for layer in range(2))
+    dims = tuple(state.comm_state[layer].cache.shape[-1] for layer in range(2))
     controller = strategy.controller(plan, dims, run=RunInfo(seed=5))
     seen = []
     for epoch in range(1, 8):
@@ -166,11 +166,11 @@ def test_random_widths_follow_the_period_and_are_known_ahead():
         new = controller.update(state.comm_state, epoch=epoch)
         assert (new is not None) == (epoch in (3, 5, 7))
         if new is not None:
-            assert ahead[0] == epoch and ahead[1][1]["widths"] == new[1]["widths"]
+            assert ahead[0] == epoch and ahead[1][1].quant.widths == new[1].quant.widths
             state = state.replace(comm_state=trainer.place_comm_state(new))
-        seen.append(state.comm_state[1]["widths"])
+        seen.append(state.comm_state[1].quant.widths)
         rebuilt = controller.init_state(epoch=epoch)
-        assert rebuilt[1]["widths"] == seen[-1]
+        assert rebuilt[1].quant.widths == seen[-1]
         state, _ = trainer.train_step(state, shards)
     assert len(set(seen)) > 1  # the draws differ between periods
     assert all(isinstance(w, BlockWidths) and len(w.fwd) == 4 for w in seen)
@@ -183,12 +183,12 @@ def test_adaptive_widths_follow_the_traces():
     for lam, expect in ((1.0, {8}), (0.0, {2})):
         q = dict(quantize="adaptive", period=2, assign=AssignConfig(lam=lam))
         _, state, controller = _steps(Sancus(**POLICY, **q), 4, 3)
-        widths = state.comm_state[1]["widths"]
+        widths = state.comm_state[1].quant.widths
         assert set(widths.fwd) == set(widths.bwd) == expect
         log = controller.log(3)
         assert set(log["widths"]) == {"fwd1", "bwd1"} and log["projected"]["fwd1"] > 0
         # The traces restarted with the new widths and hold one step of statistics.
-        trace = np.asarray(state.comm_state[1]["trace"]["bwd"])
+        trace = np.asarray(state.comm_state[1].quant.trace.bwd)
         assert np.all(trace >= 0) and trace.sum() > 0
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.blockwidths import WidthTrace
 from jaxgraph.comm.cagnet import CAGNET
 from jaxgraph.comm.costmodel import CostModel
 from jaxgraph.partition.blockhalo import build_block_halo_plan
@@ -147,8 +148,10 @@ def _solve(plan, cost, traces, dims, lam):
     controller = exchange.controller(plan, dims, cost=cost)
     state = controller.init_state()
     # The traces as the step leaves them: device arrays.
-    traced = [{k: jnp.asarray(v) for k, v in t.items()} for t in traces]
-    state = tuple({**s, "trace": t} for s, t in zip(state, traced, strict=True))
+    traced = [WidthTrace(jnp.asarray(t["fwd"]), jnp.asarray(t["bwd"])) for t in traces]
+    state = tuple(
+        s._replace(quant=s.quant._replace(trace=t)) for s, t in zip(state, traced, strict=True)
+    )
     widths, _ = controller.solve(state)
     return widths
 

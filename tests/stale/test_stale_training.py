@@ -183,8 +183,8 @@ def test_skipg_skipped_reductions_reuse_the_cached_gradient_and_move_nothing():
         np.testing.assert_allclose(float(metrics["loss"]), float(ref_loss), rtol=RTOL, atol=ATOL)
         assert float(metrics["bytes_moved"]) == forward + (fwd1 if reduced else 0)
         layer1 = jax.device_get(state.comm_state[1])
-        np.testing.assert_allclose(plan.unshard_nodes(layer1["grad"]), cached, rtol=RTOL, atol=ATOL)
-        assert np.all(layer1["sent_version"] == (epoch if reduced else epoch - 1))
+        np.testing.assert_allclose(plan.unshard_nodes(layer1.grad), cached, rtol=RTOL, atol=ATOL)
+        assert np.all(layer1.sent_version == (epoch if reduced else epoch - 1))
 
 
 def test_sancus_reading_cached_blocks_equals_the_dense_stale_oracle():
@@ -216,7 +216,7 @@ def test_sancus_reading_cached_blocks_equals_the_dense_stale_oracle():
         np.testing.assert_allclose(float(metrics["loss"]), float(ref_loss), rtol=RTOL, atol=ATOL)
         layer1 = jax.device_get(state.comm_state[1])
         np.testing.assert_allclose(
-            plan.unshard_nodes(layer1["last_sent"]), cached, rtol=RTOL, atol=ATOL
+            plan.unshard_nodes(layer1.last_sent), cached, rtol=RTOL, atol=ATOL
         )
         _check_consistent(state.comm_state, num_parts)
 
@@ -272,8 +272,8 @@ def _check_consistent(comm_state, num_parts):
         for i in range(num_parts):
             for r in range(1, num_parts):
                 j = (i - r) % num_parts
-                np.testing.assert_array_equal(st["cache"][i, r - 1], st["last_sent"][j])
-                assert st["tags"][i, r - 1] == st["sent_version"][j]
+                np.testing.assert_array_equal(st.cache[i, r - 1], st.last_sent[j])
+                assert st.tags[i, r - 1] == st.sent_version[j]
 
 
 def test_infinite_bound_freezes_blocks_after_warmup():
@@ -283,7 +283,7 @@ def test_infinite_bound_freezes_blocks_after_warmup():
     for _ in range(warmup):
         state, _ = trainer.train_step(state, shards)
     frozen = jax.device_get(state.comm_state)
-    assert all(int(v) == warmup for v in frozen[1]["sent_version"])
+    assert all(int(v) == warmup for v in frozen[1].sent_version)
     bytes_after = []
     for _ in range(3):
         state, metrics = trainer.train_step(state, shards)
@@ -291,8 +291,8 @@ def test_infinite_bound_freezes_blocks_after_warmup():
     now = jax.device_get(state.comm_state)
     for old, new in zip(frozen, now, strict=True):
         for key in ("cache", "tags", "last_sent", "sent_version"):
-            np.testing.assert_array_equal(new[key], old[key])
-        assert np.all(new["count"] == warmup + 3)
+            np.testing.assert_array_equal(getattr(new, key), getattr(old, key))
+        assert np.all(new.count == warmup + 3)
     _check_consistent(now, num_parts)
     # Only the backward reductions and the decision tables move: no broadcast at all.
     (fwd1,) = _layer_bytes(plan, (HIDDEN,), num_parts)
@@ -312,7 +312,7 @@ def test_skipped_broadcasts_keep_caches_consistent_and_cost_nothing():
         _check_consistent(state.comm_state, num_parts)
         layer1 = jax.device_get(state.comm_state[1])
         broadcast = epoch % 2 == 1  # sent at 1 (warm-up), reused at 2, sent at 3, ...
-        assert np.all(layer1["sent_version"] == (epoch if broadcast else epoch - 1))
+        assert np.all(layer1.sent_version == (epoch if broadcast else epoch - 1))
         assert float(metrics["bytes_moved"]) == fixed + (fwd1 if broadcast else 0)
 
 
