@@ -2,6 +2,9 @@
 
 import dataclasses
 import itertools
+import os
+import re
+import threading
 import time
 import warnings
 
@@ -718,3 +721,469 @@ def test_bfloat16_row_parameters_in_the_row_time(solver):
     assert got.objective == pytest.approx(best.objective, rel=REL, abs=1e-12)
     with pytest.raises(ValueError, match="param_bytes must be 4 or 8, got 3"):
         dataclasses.replace(fp32, param_bytes=3)
+
+
+# ---------------------------------------------------------------------- validation and messages
+
+_THETA = np.full((2, 2), 1e-3)
+_GROUP = assign.ChannelGroups(0, 1, 1, np.array([1.0]), np.array([1]))
+
+
+def _problem(**changes):
+    """A valid one-group program of 2 parts, with ``changes`` applied."""
+    fields = dict(channels=(_GROUP,), dim=8, theta=_THETA, gamma=_THETA, lam=0.5, num_parts=2)
+    return assign.Problem(**{**fields, **changes})
+
+
+def _groups(sender=0, receiver=1, rnd=1, weight=(1.0,), count=(1,)):
+    return (assign.ChannelGroups(sender, receiver, rnd, np.array(weight), np.array(count)),)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (dict(param_bytes=3), "param_bytes must be 4 or 8, got 3"),
+        (dict(num_parts=0, channels=()), "num_parts must be at least 1, got 0"),
+        (dict(dim=0), "dim must be at least 1, got 0"),
+        (dict(lam=-0.1), "lam must lie in [0, 1], got -0.1"),
+        (dict(lam=1.5), "lam must lie in [0, 1], got 1.5"),
+        (dict(widths=(4, 2)), "widths must be distinct and ascending, got (4, 2)"),
+        (dict(widths=(2, 2, 4)), "widths must be distinct and ascending, got (2, 2, 4)"),
+        (dict(widths=()), "widths must be distinct and ascending, got ()"),
+        (dict(widths=(2, 3)), "widths must be drawn from (2, 4, 8, 32), got (2, 3)"),
+        (dict(theta=np.ones((3, 3))), "theta must have shape [P, P] = [2, 2], got (3, 3)"),
+        (dict(gamma=np.ones(2)), "gamma must have shape [P, P] = [2, 2], got (2,)"),
+        (
+            dict(theta=np.array([[0.0, np.nan], [1.0, 0.0]])),
+            "theta must be finite and non-negative",
+        ),
+        (dict(theta=np.array([[0.0, -1.0], [1.0, 0.0]])), "theta must be finite and non-negative"),
+        (
+            dict(gamma=np.array([[0.0, np.inf], [1.0, 0.0]])),
+            "gamma must be finite and non-negative",
+        ),
+        (dict(gamma=np.array([[0.0, 1.0], [-1e-9, 0.0]])), "gamma must be finite and non-negative"),
+        (
+            dict(channels=_groups(receiver=2)),
+            "channel 0 -> 2 is not a pair of distinct devices of 2",
+        ),
+        (
+            dict(channels=_groups(sender=-1)),
+            "channel -1 -> 1 is not a pair of distinct devices of 2",
+        ),
+        (
+            dict(channels=_groups(receiver=0)),
+            "channel 0 -> 0 is not a pair of distinct devices of 2",
+        ),
+        (dict(channels=_groups(rnd=2)), "round 2 is outside 1..1"),
+        (dict(channels=_groups(rnd=0)), "round 0 is outside 1..1"),
+        (
+            dict(channels=_groups(weight=(1.0, 2.0))),
+            "weight (2,) and count (1,) must be equal 1-D shapes",
+        ),
+        (dict(channels=_groups(weight=(np.nan,))), "group weights must be finite and non-negative"),
+        (dict(channels=_groups(weight=(-1.0,))), "group weights must be finite and non-negative"),
+        (dict(channels=_groups(count=(0,))), "every group must hold at least one row"),
+    ],
+)
+def test_problem_rejects_each_bad_field_with_its_message(changes, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        _problem(**changes)
+
+
+def test_problem_accepts_the_edges_of_its_ranges_and_converts_its_arrays():
+    """One part (no channel), ``D = 1``, the last ring round ``P - 1``, and ``lam`` at 0 and 1
+    are valid; integer costs and weights become ``float64``, counts ``int64``."""
+    assert _problem(num_parts=1, channels=(), theta=np.zeros((1, 1)), gamma=np.zeros((1, 1)))
+    assert _problem(dim=1).dim == 1
+    assert _problem(lam=0.0).lam == 0.0 and _problem(lam=1.0).lam == 1.0
+    three = np.ones((3, 3), np.int32)
+    problem = _problem(channels=_groups(0, 2, rnd=2), theta=three, gamma=three, num_parts=3)
+    assert problem.theta.dtype == np.float64 and problem.gamma.dtype == np.float64
+    np.testing.assert_array_equal(problem.theta, np.ones((3, 3)))
+    group = assign.ChannelGroups(0, 1, 1, [3, 1], np.array([2, 5], np.int32))
+    assert group.weight.dtype == np.float64 and group.count.dtype == np.int64
+    np.testing.assert_array_equal(group.weight, [3.0, 1.0])
+    np.testing.assert_array_equal(group.count, [2, 5])
+
+
+def test_evaluate_rejects_bits_that_do_not_fit_the_groups():
+    problem = _problem(channels=_groups(weight=(1.0, 2.0), count=(1, 1)))
+    assert assign.evaluate(problem, [np.array([2, 2])])[0] == pytest.approx(0.5)
+    for bits in ([np.array([2, 3])], [np.array([2])], [np.array([2, 2, 2])]):
+        with pytest.raises(
+            ValueError, match=r"^bits must give one width in \(.*\b2\b.*\b4\b.*\b8\b.*\) per group$"
+        ):
+            assign.evaluate(problem, bits)
+    with pytest.raises(ValueError, match="^2 bit arrays for 1 channels$"):
+        assign.evaluate(problem, [np.array([2, 2]), np.array([2])])
+
+
+def test_row_fallback_is_checked_against_the_rows():
+    channels = [Channel(0, 1, 1, np.ones(3)), Channel(1, 0, 1, np.ones(2))]
+    kw = dict(dim=8, theta=_THETA, gamma=_THETA, num_parts=2, lam=0.5, group_size=2)
+    shared = {k: v for k, v in kw.items() if k != "dim"}
+    good = [np.full(3, 4, np.int8), np.full(2, 4, np.int8)]
+    for fallback, message in [
+        (good[:1], "fallback has 1 channels, the key has 2"),
+        ([good[0], np.full(3, 4)], "fallback widths (3,) do not match the rows (2,)"),
+        ([good[0], np.array([4, 5])], "fallback widths must be drawn from (2, 4, 8, 32)"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            assign.assign_bits(channels, **kw, fallback=fallback)
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            assign.solve_channels({"k": (channels, 8)}, **shared, fallback={"k": fallback})
+
+
+# ---------------------------------------------------------------------- statuses and bounds
+
+
+def test_trivial_programs_report_their_status_and_zero_bounds():
+    """A program without rows is ``"empty"`` for every solver, with all-zero bounds and terms;
+    a program without time to trade (``lam = 1``) takes the fast path; brute force says so."""
+    empty = _problem(channels=_groups(weight=(), count=()))
+    zeros = dict.fromkeys(
+        ("variance_nadir", "variance_utopia", "time_nadir", "time_utopia", "a_var", "a_time"), 0.0
+    )
+    assert objective_bounds(empty) == zeros
+    assert assign.evaluate(empty, [np.zeros(0, np.int8)]) == (0.0, 0.0, 0.0)
+    for sol in (solve_brute_force(empty), solve(empty), solve(empty, solver="frontier")):
+        assert sol.status == "empty" and (sol.objective, sol.variance, sol.time) == (0, 0, 0)
+        assert sol.bits[0].shape == (0,) and sol.bits[0].dtype == np.int8
+    rows, info = assign.assign_bits(
+        [], dim=8, theta=_THETA, gamma=_THETA, num_parts=2, lam=0.5, group_size=1
+    )
+    assert rows == [] and info["status"] == "empty" and info["rows_per_width"] == {}
+    one = _problem(lam=1.0)
+    assert solve(one).status == "fast_path" and solve(one).bits[0].tolist() == [8]
+    # lam = 1/2: 2 bits cost 1/2 (variance), 8 bits 1/2 (time), 4 bits about 0.02 + 1/6.
+    brute = solve_brute_force(_problem())
+    assert brute.status == "brute_force" and brute.bits[0].tolist() == [4]
+
+
+@pytest.mark.parametrize("widths", [BITS, (2, 4, 8, 32)])
+def test_objective_bounds_of_one_group_by_hand(widths):
+    """One group of 3 rows, weight 9, D = 8: ``V = 9 / (2^b - 1)^2`` (0 for raw fp32 rows);
+    a row is ``b D + 64`` bits (``32 D`` raw), at ``theta = 2`` s/MiB and no latency."""
+    theta = np.array([[0.0, 2.0], [0.0, 0.0]])
+    problem = _problem(
+        channels=_groups(weight=(9.0,), count=(3,)),
+        theta=theta,
+        gamma=np.zeros((2, 2)),
+        widths=widths,
+        lam=0.3,
+    )
+    widest = 32 * 8 if widths[-1] == 32 else 8 * 8 + 64
+    v_n, v_u = 9.0 / 3.0**2, (0.0 if widths[-1] == 32 else 9.0 / 255.0**2)
+    t_n, t_u = (2.0 * 3 * bits / 8 / 2**20 for bits in (widest, 2 * 8 + 64))
+    bounds = objective_bounds(problem)
+    assert bounds == pytest.approx(
+        dict(
+            variance_nadir=v_n,
+            variance_utopia=v_u,
+            time_nadir=t_n,
+            time_utopia=t_u,
+            a_var=0.3 / (v_n - v_u),
+            a_time=0.7 / (t_n - t_u),
+        ),
+        rel=1e-12,
+    )
+    assert bounds["variance_utopia"] == v_u  # exactly 0 for raw rows
+    assert assign.evaluate(problem, [np.array([widths[-1]])])[1] == v_u
+
+
+def test_group_rows_and_expand_bits_keep_their_dtypes():
+    """Unsigned weights sort as numbers (not as their negation's wrap-around), and widths given
+    as a list still expand to ``int8`` rows."""
+    group_of_row, weight, count = group_rows(np.array([0, 5, 2], np.uint8), 1)
+    np.testing.assert_array_equal(group_of_row, [2, 0, 1])
+    np.testing.assert_array_equal(weight, [5.0, 2.0, 0.0])
+    assert weight.dtype == np.float64 and count.dtype == np.int64
+    rows = expand_bits(np.array([1, 0, 1]), [8, 4])
+    assert rows.dtype == np.int8 and rows.tolist() == [4, 8, 4]
+
+
+# ---------------------------------------------------------------------- fallbacks
+
+
+def _no_highs(monkeypatch):
+    monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["CLARABEL", "SCS"])
+
+
+def _one_round(widths=BITS):
+    """Round 1 of 2 parts: two channels of 3 rows, weights 3, 2, 1 (group size 2: groups of 2
+    and 1 rows)."""
+    beta = np.array([3.0, 1.0, 2.0])
+    channels = [Channel(0, 1, 1, beta), Channel(1, 0, 1, 2.0 * beta)]
+    theta = np.array([[0.0, 2e-2], [1e-3, 0.0]])
+    gamma = np.full((2, 2), 1e-5)
+    kw = dict(dim=16, theta=theta, gamma=gamma, num_parts=2, lam=0.4, group_size=2)
+    return channels, {**kw, "widths": widths}
+
+
+def test_missing_solver_keeps_each_kind_of_fallback(monkeypatch):
+    """Without HiGHS every entry point keeps its fallback, with status ``"fallback"`` and a
+    warning naming what is kept: one width, the widest of the program's widths, per-channel
+    group widths, or per-channel row widths."""
+    _no_highs(monkeypatch)
+    channels, kw = _one_round()
+    problem, _ = make_problem(channels, **kw)
+    groups = [np.array([4, 2], np.int8), np.array([8, 4], np.int8)]
+    with pytest.warns(SolverFallbackWarning, match="; keeping the previous bit assignment$"):
+        sol = solve(problem, fallback=groups)
+    assert sol.status == "fallback" and sol.used_fallback and sol.fallback_channels == (0, 1)
+    assert [b.tolist() for b in sol.bits] == [[4, 2], [8, 4]]
+    assert sol.objective == assign.evaluate(problem, groups)[0]
+
+    with pytest.warns(SolverFallbackWarning, match="HIGHS is not installed.*; using uniform 4-bit"):
+        rows, info = assign.assign_bits(channels, **kw, fallback=4)
+    assert [r.tolist() for r in rows] == [[4, 4, 4], [4, 4, 4]]
+    assert info["status"] == "fallback" and info["used_fallback"]
+
+    wide_channels, wide = _one_round(widths=(2, 4, 8, 32))
+    with pytest.warns(SolverFallbackWarning, match="; using uniform 32-bit widths$"):
+        rows, info = assign.assign_bits(wide_channels, **wide)
+    assert [r.tolist() for r in rows] == [[32, 32, 32], [32, 32, 32]]
+
+    specs = {"k": (channels, kw["dim"])}
+    shared = {k: v for k, v in kw.items() if k != "dim"}
+    with pytest.warns(SolverFallbackWarning, match="for k; using uniform 2-bit widths$"):
+        out = assign.solve_channels(specs, **shared, fallback=2)
+    assert [r.tolist() for r in out["k"][0]] == [[2, 2, 2], [2, 2, 2]]
+    with pytest.warns(SolverFallbackWarning, match="for k; using uniform 2-bit widths$"):
+        many = assign.solve_many({"k": problem}, fallback=2)
+    assert [b.tolist() for b in many["k"].bits] == [[2, 2], [2, 2]]
+
+
+def test_kept_row_fallback_is_scored_on_the_seed_objective(monkeypatch):
+    """Previous rows at the narrowest width are the variance nadir and the time utopia: the
+    objective is ``lam`` exactly, the variance ``sum beta / 3^2`` and the time the narrowest
+    bottleneck; the log carries the program's bounds."""
+    _no_highs(monkeypatch)
+    channels, kw = _one_round()
+    previous = [np.full(3, 2, np.int8), np.full(3, 2, np.int8)]
+    specs = {"k": (channels, kw["dim"])}
+    shared = {k: v for k, v in kw.items() if k != "dim"}
+    with pytest.warns(SolverFallbackWarning, match="for k; keeping the previous bit assignment$"):
+        out = assign.solve_channels(specs, **shared, fallback={"k": previous})
+    with pytest.warns(SolverFallbackWarning, match="; keeping the previous bit assignment$"):
+        single = assign.assign_bits(channels, **kw, fallback=previous)
+    problem, _ = make_problem(channels, **kw)
+    beta = np.concatenate([c.beta for c in channels])
+    for rows, info in (out["k"], single):
+        assert [r.tolist() for r in rows] == [p.tolist() for p in previous]
+        assert info["status"] == "fallback" and info["used_fallback"]
+        assert info["objective"] == pytest.approx(kw["lam"], rel=1e-12)
+        assert info["variance"] == pytest.approx(beta.sum() / 9.0, rel=1e-12)
+        assert info["time"] == pytest.approx(_bottleneck_time(problem, 2), rel=1e-12)
+        assert info["variance_nadir"] == pytest.approx(beta.sum() / 9.0, rel=1e-12)
+        assert info["variance_utopia"] == pytest.approx(beta.sum() / 255.0**2, rel=1e-12)
+        assert info["time_nadir"] == pytest.approx(_bottleneck_time(problem, 8), rel=1e-12)
+        assert info["time_utopia"] == pytest.approx(_bottleneck_time(problem, 2), rel=1e-12)
+        assert info["groups"] == 4 and info["rows_per_width"] == {2: 6}
+
+
+def test_frontier_through_solve_many_needs_no_mip_solver(monkeypatch):
+    _no_highs(monkeypatch)
+    problem, _, _ = _small_instance(2, lam=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SolverFallbackWarning)
+        out = assign.solve_many({"a": problem}, solver="frontier")
+    assert out["a"].status == "optimal" and not out["a"].used_fallback
+    assert out["a"].objective == pytest.approx(solve_brute_force(problem).objective, abs=1e-12)
+
+
+def test_no_integer_solution_names_highs_model_status():
+    problem, _, _ = _small_instance(0, lam=0.5)
+    message = (
+        "MIP solver HIGHS found no integer solution (status user_limit, HiGHS 'kTimeLimit', "
+        "time_limit 0.0 s); using uniform 8-bit widths"
+    )
+    with pytest.warns(SolverFallbackWarning, match=f"^{re.escape(message)}$"):
+        solve(problem, time_limit=0.0)
+
+
+def test_a_non_integral_solver_answer_falls_back(monkeypatch):
+    """Rows of the one-hot that do not sum to 1 (here: all zeros) are no assignment."""
+    invert = cvxpy.reductions.solvers.solving_chain.SolvingChain.invert
+
+    def zeroed(self, raw, inverse):
+        result = invert(self, raw, inverse)
+        result.primal_vars = {k: 0.0 * v for k, v in result.primal_vars.items()}
+        return result
+
+    monkeypatch.setattr(cvxpy.reductions.solvers.solving_chain.SolvingChain, "invert", zeroed)
+    problem, _, _ = _small_instance(1, lam=0.5)
+    with pytest.warns(
+        SolverFallbackWarning, match=r"^MIP solver HIGHS returned a non-integral assignment; "
+    ):
+        sol = solve(problem, fallback=4)
+    assert sol.used_fallback and all(np.all(b == 4) for b in sol.bits)
+
+
+# ---------------------------------------------------------------------- what HiGHS is asked
+
+
+def _spy_milp(monkeypatch, delay=0.0):
+    """Records each HiGHS run's ``(time_limit, mip_rel_gap, thread)``, ``delay`` s each."""
+    milp, calls = assign.milp._milp, []
+
+    def spy(problem, part, time_limit, mip_rel_gap):
+        calls.append((time_limit, mip_rel_gap, threading.get_ident()))
+        time.sleep(delay)
+        return milp(problem, part, time_limit, mip_rel_gap)
+
+    monkeypatch.setattr(assign.solving, "_milp", spy)
+    return calls
+
+
+def test_documented_defaults_reach_highs(monkeypatch):
+    """10 s and a 1 % relative gap for the whole program (solved whole at this size), with
+    HiGHS's absolute gap off, its log off and one thread per run."""
+    calls = _spy_milp(monkeypatch)
+    opts = []
+    chain = cvxpy.reductions.solvers.solving_chain.SolvingChain
+    solve_via_data = chain.solve_via_data
+
+    def record(self, problem, data, *args, solver_opts=None, **kwargs):
+        opts.append(dict(solver_opts))
+        return solve_via_data(self, problem, data, *args, solver_opts=solver_opts, **kwargs)
+
+    monkeypatch.setattr(chain, "solve_via_data", record)
+    channels, kw = _one_round()
+    problem, _ = make_problem(channels, **kw)
+    shared = {k: v for k, v in kw.items() if k != "dim"}
+    solve(problem)
+    assign.solve_many({"a": problem})
+    assign.assign_bits(channels, **kw)
+    assign.solve_channels({"a": (channels, kw["dim"])}, **shared)
+    assert [c[:2] for c in calls] == [(10.0, 0.01)] * 4
+    expected = dict(time_limit=10.0, mip_rel_gap=0.01, mip_abs_gap=0.0, output_flag=False)
+    assert opts == [{**expected, "threads": 1}] * 4
+
+
+def _three_rounds():
+    rng = np.random.default_rng(14)
+    channels = _random_channels(rng, 4, max_rows=6)
+    theta, gamma = _random_costs(rng, 4, unbalanced=False)
+    kw = dict(dim=16, theta=theta, gamma=gamma, num_parts=4, lam=0.5, group_size=2)
+    problem, _ = make_problem(channels, **kw)
+    assert assign.problem._model(problem).num_rounds == 3
+    return channels, kw, problem
+
+
+def test_rounds_share_a_pool_of_max_workers_threads(monkeypatch):
+    """Solved round by round, ``solve`` runs its rounds one after another on one thread;
+    ``solve_many`` and ``solve_channels`` use at most ``max_workers`` threads, and one when
+    the CPU count is unknown."""
+    monkeypatch.setattr(assign.solving, "JOINT_MAX_GROUPS", 0)
+    channels, kw, problem = _three_rounds()
+    shared = {k: v for k, v in kw.items() if k != "dim"}
+    specs = {"a": (channels, kw["dim"])}
+
+    def threads(run):
+        calls = _spy_milp(monkeypatch, delay=0.02)
+        run()
+        assert len(calls) == 3
+        return len({c[2] for c in calls})
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert threads(lambda: solve(problem)) == 1
+    assert threads(lambda: assign.solve_many({"a": problem}, max_workers=1)) == 1
+    assert threads(lambda: assign.solve_channels(specs, **shared, max_workers=1)) == 1
+    assert threads(lambda: assign.solve_many({"a": problem}, max_workers=3)) == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert threads(lambda: assign.solve_many({"a": problem})) == 1
+
+
+def test_programs_up_to_joint_max_groups_are_solved_whole(monkeypatch):
+    _, _, problem = _three_rounds()
+    for limit, runs in ((problem.num_groups, 1), (problem.num_groups - 1, 3)):
+        monkeypatch.setattr(assign.solving, "JOINT_MAX_GROUPS", limit)
+        calls = _spy_milp(monkeypatch)
+        sol = solve(problem, mip_rel_gap=0.0)
+        assert len(calls) == runs and sol.status == "optimal"
+        assert calls[0][0] == pytest.approx(10.0 / runs)
+
+
+# ---------------------------------------------------------------------- frontier limits
+
+
+def test_frontier_state_limits_name_their_sizes(monkeypatch):
+    """Two groups of one size at widths 2/4/8 take a 2 x 7 state table (loads 0..6 steps of
+    ``2 D``); a channel with one group of 1 row and one of 2 rows combines 3 x 3 candidate
+    points (each group's own three widths)."""
+    same = _problem(channels=_groups(weight=(1.0, 2.0), count=(3, 3)))
+    monkeypatch.setattr(assign.frontier, "FRONTIER_MAX_POINTS", 13)
+    message = (
+        "a channel's frontier needs 2 x 7 states, more than 13 (2 groups of one size in one "
+        "channel): use a larger group_size, or solver='milp'"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        solve(same, solver="frontier")
+    monkeypatch.setattr(assign.frontier, "FRONTIER_MAX_POINTS", 14)
+    assert solve(same, solver="frontier").status == "optimal"
+    mixed = _problem(channels=_groups(weight=(1.0, 2.0), count=(1, 2)))
+    monkeypatch.setattr(assign.frontier, "FRONTIER_MAX_POINTS", 8)
+    message = (
+        "a channel's frontier needs 9 candidate points, more than 8 (groups of too many "
+        "distinct sizes): use solver='milp'"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        solve(mixed, solver="frontier")
+    monkeypatch.setattr(assign.frontier, "FRONTIER_MAX_POINTS", 9)
+    assert solve(mixed, solver="frontier").status == "optimal"
+
+
+def test_channel_frontier_of_one_group_by_hand():
+    """One group of 2 rows at D = 8: ``b D + 64`` bits a row, so loads 160, 192, 256 bits
+    (exact ``int64``) and variances ``w / (2^b - 1)^2``."""
+    per_row = np.array([80, 96, 128], np.int64)
+    var = np.array([[1 / 9, 1 / 225, 1 / 65025]])
+    loads, variances, choice = assign.frontier._channel_frontier(var, np.array([2]), per_row)
+    assert loads.dtype == np.int64 and loads.tolist() == [160, 192, 256]
+    np.testing.assert_array_equal(variances, var[0])
+    assert choice.tolist() == [[0], [1], [2]]
+
+
+# ---------------------------------------------------------------------- the MILP's order cuts
+
+
+def test_order_cuts_by_hand():
+    """Groups of one channel with equal row counts (equal seconds at every width) are chained
+    by descending weight, ties by index; each pair ``(a, b)`` gets one row per threshold
+    ``k = 1 .. W - 1``: ``sum_{i >= k} x[a, i] - sum_{i >= k} x[b, i]`` (columns ``W j + i``)."""
+    problem = _problem(
+        channels=(
+            assign.ChannelGroups(0, 1, 1, [1.0, 3.0, 3.0], [2, 2, 1]),
+            assign.ChannelGroups(1, 0, 1, [2.0, 2.0, 5.0], [1, 1, 1]),
+        )
+    )
+    pairs = assign.milp._order_pairs(assign.problem._model(problem))
+    assert pairs.dtype == np.int64 and pairs.tolist() == [[1, 0], [5, 3], [3, 4]]
+    lone = assign.milp._order_pairs(assign.problem._model(_problem()))
+    assert lone.dtype == np.int64 and lone.shape == (0, 2)
+    matrix = assign.milp._order_matrix(np.array([[0, 1], [2, 1]]), 3, 9).toarray()
+    expected = np.zeros((4, 9))
+    expected[0, [1, 2]], expected[0, [4, 5]] = 1, -1  # pair (0, 1), k = 1
+    expected[1, 2], expected[1, 5] = 1, -1  # pair (0, 1), k = 2
+    expected[2, [7, 8]], expected[2, [4, 5]] = 1, -1  # pair (2, 1), k = 1
+    expected[3, 8], expected[3, 5] = 1, -1  # pair (2, 1), k = 2
+    np.testing.assert_array_equal(matrix, expected)
+
+
+def test_highs_is_named_not_left_to_cvxpys_default(monkeypatch):
+    """The program goes to HiGHS by name: cvxpy's own default (which, e.g., prefers an
+    installed commercial solver when cvxpy is configured so) is never consulted."""
+
+    def elsewhere(problem_form):
+        raise AssertionError("cvxpy's default solver was asked for")
+
+    monkeypatch.setattr(cvxpy.reductions.solvers.solving_chain, "pick_default_solver", elsewhere)
+    problem, _, _ = _small_instance(3, lam=0.5)
+    assign.milp._PROGRAMS.clear()  # a fresh cvxpy program: its solving chain is built anew
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SolverFallbackWarning)
+        sol = solve(problem, mip_rel_gap=0.0)
+    assert sol.status == "optimal"
+    assert sol.objective == pytest.approx(solve_brute_force(problem).objective, rel=REL, abs=1e-12)
