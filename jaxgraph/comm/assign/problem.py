@@ -399,7 +399,7 @@ def _choice_of(problem: Problem, model: _Model, bits: Sequence[np.ndarray]) -> n
     if flat.size != model.channel.size or not np.array_equal(
         model.widths[np.minimum(choice, model.widths.size - 1)], flat
     ):
-        raise ValueError(f"bits must give one width in {tuple(model.widths)} per group")
+        raise ValueError(f"bits must give one width in {tuple(model.widths.tolist())} per group")
     return choice
 
 

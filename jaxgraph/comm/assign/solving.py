@@ -1,19 +1,17 @@
 """**Solved round by round.** The objective is a sum over rounds (each group's variance belongs to
 its channel's round, and each ``Z_r`` to one round) and no constraint spans two rounds, so the
 program splits into one independent program per round, with the whole program's normalization;
-the per-round optima add up to its optimum. Programs larger than :data:`JOINT_MAX_GROUPS`
-groups are solved that way, faster than whole (HiGHS's branch and bound no longer searches the
-product of the rounds' choices); smaller ones are solved whole, where a HiGHS run's fixed cost
-outweighs the search.
+the per-round optima add up to its optimum. Programs above :data:`JOINT_MAX_GROUPS` groups are
+solved that way (branch and bound no longer searches the product of the rounds' choices);
+smaller ones whole, where a HiGHS run's fixed cost outweighs the search.
 
 The relative gap is HiGHS's, per solved part (a round, or the whole program), and relative to
 that part of the normalized objective itself: HiGHS sees each group's variance as ``V x -
 V_widest`` (``sum_j V_widest = V_u``) and each round's time as ``y_r = Z_r - max_c
 t_c(narrowest)`` (the round's share of ``T_u``, below which no choice of widths goes), so the
-objective's constant terms are folded in and every term is non-negative. (Handing HiGHS ``sum
-V x + sum Z`` and adding the constants afterwards, as a plain transcription does, makes the gap
-relative to a quantity dominated by ``(1 - lam) T_u / (T_n - T_u)``: on Cora at P = 8 a "1 %"
-gap then allowed solutions 26 % above the optimum.) The parts are non-negative, so the whole
+objective's constant terms are folded in and every term is non-negative (with the constants
+added afterwards, the gap would be relative to a quantity dominated by ``(1 - lam) T_u / (T_n -
+T_u)`` and accept solutions far above the optimum). The parts are non-negative, so the whole
 program's gap is at most the largest part's, which is what :class:`Solution` reports.
 """
 
@@ -350,6 +348,7 @@ def _row_result(problem, group_of_row, solution, channels, fallback) -> tuple[li
             lam=problem.lam,
             group_size=1,
             widths=tuple(sorted(set(problem.widths) | {int(v) for b in rows for v in b})),
+            param_bytes=problem.param_bytes,
         )
         objective, variance, total = evaluate(singles, rows)
     else:
@@ -463,8 +462,7 @@ def solve_channels(
     Args:
       specs: ``{key: (channels, dim)}``.
       fallback: one width, or ``{key: per channel int[n_c] row widths}``.
-      param_bytes: bytes of a quantized row's ``(scale, lo)`` on the wire (8: fp32, 4:
-        bfloat16), in each row's time.
+      param_bytes: bytes of a row's ``(scale, lo)`` on the wire (8: fp32, 4: bfloat16).
       others: as in :func:`assign_bits`.
 
     Returns:
