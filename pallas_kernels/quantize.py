@@ -348,7 +348,7 @@ def quantize(
     **Parameter precision.** ``scale`` and ``lo`` travel in fp32 by default;
     ``param_dtype=bfloat16`` halves their bytes. AdaQP computes the codes with fp32 parameters
     and then sends them as bf16, which biases 8-bit messages by up to about one quantization
-    step (about 1.1Δ on N(0, 1) rows, reference 1.16). Here the sender instead rounds the
+    step. Here the sender instead rounds the
     parameters first -- ``lo`` down and ``scale`` down to bf16, so that ``[lo, lo + L / scale]``
     still covers the row -- and computes the codes against the values the receiver will see. The
     message stays unbiased; the price is a slightly coarser grid, and a much coarser one for rows
