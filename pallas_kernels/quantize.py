@@ -348,8 +348,8 @@ def quantize(
     **Parameter precision.** ``scale`` and ``lo`` travel in fp32 by default;
     ``param_dtype=bfloat16`` halves their bytes. AdaQP computes the codes with fp32 parameters
     and then sends them as bf16, which biases 8-bit messages by up to about one quantization
-    step. Here the sender instead rounds the
-    parameters first -- ``lo`` down and ``scale`` down to bf16, so that ``[lo, lo + L / scale]``
+    step. Here the sender instead rounds the parameters first -- ``lo`` down and ``scale`` down
+    to bf16, so that ``[lo, lo + L / scale]``
     still covers the row -- and computes the codes against the values the receiver will see. The
     message stays unbiased; the price is a slightly coarser grid, and a much coarser one for rows
     whose spread is small next to ``|lo|`` (the bf16 ulp of ``lo`` is ``|lo| / 128``). In bf16
