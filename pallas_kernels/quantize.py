@@ -349,13 +349,12 @@ def quantize(
     ``param_dtype=bfloat16`` halves their bytes. AdaQP computes the codes with fp32 parameters
     and then sends them as bf16, which biases 8-bit messages by up to about one quantization
     step. Here the sender instead rounds the parameters first -- ``lo`` down and ``scale`` down
-    to bf16, so that ``[lo, lo + L / scale]``
-    still covers the row -- and computes the codes against the values the receiver will see. The
-    message stays unbiased; the price is a slightly coarser grid, and a much coarser one for rows
-    whose spread is small next to ``|lo|`` (the bf16 ulp of ``lo`` is ``|lo| / 128``). In bf16
-    mode a constant row is exact when its value is representable in bf16 (zeros always are);
-    other constant rows are rounded stochastically, without bias. The row max is not forced to
-    ``q = L`` in bf16 mode (it would bias it).
+    to bf16, so that ``[lo, lo + L / scale]`` still covers the row -- and computes the codes
+    against the values the receiver will see. The message stays unbiased; the price is a slightly
+    coarser grid, and a much coarser one for rows whose spread is small next to ``|lo|`` (the
+    bf16 ulp of ``lo`` is ``|lo| / 128``). In bf16 mode a constant row is exact when its value is
+    representable in bf16 (zeros always are); other constant rows are rounded stochastically,
+    without bias. The row max is not forced to ``q = L`` in bf16 mode (it would bias it).
 
     Args:
       x: ``f32[N, D]``, finite.
