@@ -175,7 +175,8 @@ def walk_throughput(
     """Times :func:`random_walks` from every node with out-edges (compile excluded).
 
     Returns:
-      ``{"walks", "tokens", "seconds", "walks_per_s", "tokens_per_s"}`` for the best repeat.
+      ``{"walks", "tokens", "seconds", "walks_per_s", "tokens_per_s"}`` for the fastest repeat
+      (the first of equally fast ones).
     """
     csr = out_csr(graph)
     starts = np.flatnonzero(np.diff(csr[0]) > 0)

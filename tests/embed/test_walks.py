@@ -274,3 +274,7 @@ def test_walk_throughput_walks_seed_zero_once_and_a_new_round_per_repeat(monkeyp
     got = walk_throughput(g, cfg, repeats=2)
     assert got["tokens"] == first and got["seconds"] == 1.0
     assert got["tokens_per_s"] == first
+    # A tie keeps the first of the fastest repeats.
+    _fake_clock(monkeypatch, [0.0, 1.0, 5.0, 6.0])
+    got = walk_throughput(g, cfg, repeats=2)
+    assert got["tokens"] == first and got["seconds"] == 1.0
