@@ -811,7 +811,7 @@ def test_problem_accepts_the_edges_of_its_ranges_and_converts_its_arrays():
 def test_evaluate_rejects_bits_that_do_not_fit_the_groups():
     problem = _problem(channels=_groups(weight=(1.0, 2.0), count=(1, 1)))
     assert assign.evaluate(problem, [np.array([2, 2])])[0] == pytest.approx(0.5)
-    for bits in ([np.array([2, 3])], [np.array([2])], [np.array([2, 2, 2])]):
+    for bits in ([np.array([2, 3])], [np.array([2, 9])], [np.array([2])], [np.array([2, 2, 2])]):
         with pytest.raises(
             ValueError, match=r"^bits must give one width in \(2, 4, 8\) per group$"
         ):
@@ -982,6 +982,25 @@ def test_kept_row_fallback_is_scored_on_the_seed_objective(monkeypatch):
         assert info["time_nadir"] == pytest.approx(_bottleneck_time(problem, 8), rel=1e-12)
         assert info["time_utopia"] == pytest.approx(_bottleneck_time(problem, 2), rel=1e-12)
         assert info["groups"] == 4 and info["rows_per_width"] == {2: 6}
+
+
+def test_kept_rows_outside_the_programs_widths_are_scored_and_returned_as_int8(monkeypatch):
+    """Previous rows at 32 bits (raw fp32, not among the program's widths) are kept as given,
+    as ``int8`` rows whatever the caller's dtype, scored with 32 among the widths (variance 0,
+    the widest time), and the log names its cause and solve time."""
+    _no_highs(monkeypatch)
+    channels, kw = _one_round()
+    previous = [np.full(3, 32, np.int64), np.full(3, 32, np.int64)]
+    with pytest.warns(SolverFallbackWarning, match="keeping the previous bit assignment$"):
+        rows, info = assign.assign_bits(channels, **kw, fallback=previous)
+    assert [r.dtype for r in rows] == [np.int8, np.int8]
+    assert [r.tolist() for r in rows] == [[32] * 3, [32] * 3]
+    problem, _ = make_problem(channels, **{**kw, "widths": (2, 4, 8, 32)})
+    assert info["variance"] == 0.0
+    # Raw fp32 rows carry no (scale, lo): 4 * dim bytes a row.
+    assert info["time"] == pytest.approx(_bottleneck_time(problem, 32, 0), rel=1e-12)
+    assert info["rows_per_width"] == {32: 6}
+    assert info["cause"] and info["solve_seconds"] >= 0.0
 
 
 def test_kept_row_fallback_is_timed_with_the_runs_row_parameters(monkeypatch):
