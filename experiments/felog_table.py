@@ -57,7 +57,6 @@ from embed_table import (  # shared settings
     time_to_quality,
 )
 
-from jaxgraph.cli import num_rows_arg
 from jaxgraph.data import load_dataset, rmat
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.codec import FabcConfig
@@ -65,6 +64,8 @@ from jaxgraph.embed.pipeline import DEVICE_OPS, HOST_OPS, PipelineConfig, busy_f
 from jaxgraph.embed.run import atomic_write_bytes, embed, save_json
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
+
+from results_io import sync_rows_arg  # noqa: E402
 
 RIPP = PipelineConfig("deterministic", lag=1)
 
@@ -329,7 +330,7 @@ def main():
     )
     ap.add_argument(
         "--sync-rows",
-        type=num_rows_arg,
+        type=sync_rows_arg,
         default=0,
         help="HaSyn: the M hottest rows per sync, or that share of the nodes if below 1 (0: one "
         "per block of equal count); RandomSync: as many",

@@ -30,12 +30,13 @@ import numpy as np
 from embed_table import VARIANTS, add_run_arguments, emulate_devices_for
 from felog_table import felog_config
 
-from jaxgraph.cli import num_rows_arg
 from jaxgraph.data import load_graph, rmat
 from jaxgraph.embed import evaluate as ev
 from jaxgraph.embed.run import EmbedConfig, atomic_write_bytes, embed, save_json
 from jaxgraph.embed.sync import HotspotSync, RandomSync, sync_bytes
 from jaxgraph.mesh import make_mesh
+
+from results_io import sync_rows_arg  # noqa: E402
 
 ALLSYNC = ("AllSync", None, None, None)  # a run's key: (seed, *ALLSYNC) for the baseline
 
@@ -139,7 +140,7 @@ def main():
     )
     ap.add_argument(
         "--rows",
-        type=num_rows_arg,
+        type=sync_rows_arg,
         nargs="+",
         default=[0],
         help="HaSyn rows per sync: the M hottest, or that share of the nodes if below 1 (0: one "

@@ -85,3 +85,11 @@ def write_runs(args: argparse.Namespace, rows: list[dict], markdown: str) -> Non
     body = json.dumps({**meta, "runs": rows}, indent=1, default=str)
     _atomic_write(args.out.with_name(args.out.name + ".json"), body)
     _atomic_write(args.out.with_name(args.out.name + ".md"), markdown)
+
+
+def sync_rows_arg(text: str) -> int | float | None:
+    """``--sync-rows`` read as ``jaxgraph embed`` reads it: a row count (``1280``), a share of
+    the nodes (``0.068``) or ``none``."""
+    from jaxgraph.options import convert
+
+    return convert(text, int | float | None, "--sync-rows")

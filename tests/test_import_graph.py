@@ -3,6 +3,8 @@ layer importing one above it (host planning never imports the strategies or the 
 strategies never import the loop; embeddings never import full-graph training)."""
 
 import ast
+import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,27 @@ def test_no_layer_imports_a_layer_above_it(lower, higher):
         if t == higher or t.startswith(higher + ".")
     )
     assert wrong == []
+
+
+def _library_imports(path: Path):
+    """``(module, name)`` of every ``from jaxgraph... / pallas_kernels... import name`` in
+    ``path``, at any depth."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+            "jaxgraph",
+            "pallas_kernels",
+        ):
+            yield from ((node.module, alias.name) for alias in node.names)
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in (Path(__file__).parents[1] / "experiments").glob("*.py"))
+)
+def test_every_library_name_an_experiment_imports_exists(script):
+    """A rename in the library breaks no experiment script silently (most run only by hand)."""
+    path = Path(__file__).parents[1] / "experiments" / script
+    for module, name in _library_imports(path):
+        owner = importlib.import_module(module)
+        assert hasattr(owner, name) or importlib.util.find_spec(f"{module}.{name}"), (
+            f"{script} imports {name} from {module}, which has no such name"
+        )
