@@ -1225,3 +1225,31 @@ def test_highs_is_named_not_left_to_cvxpys_default(monkeypatch):
         sol = solve(problem, mip_rel_gap=0.0)
     assert sol.status == "optimal"
     assert sol.objective == pytest.approx(solve_brute_force(problem).objective, rel=REL, abs=1e-12)
+
+
+def test_fallback_warnings_point_at_the_callers_line(monkeypatch):
+    """Every entry point warns from the line that called it (the warning's stack level), so a
+    user sees their own call, not the library's internals."""
+    _no_highs(monkeypatch)
+    channels, kw = _one_round()
+    problem, _ = make_problem(channels, **kw)
+    shared = {k: v for k, v in kw.items() if k != "dim"}
+    # Called here directly (no helper in between): the warning must name this file.
+    with pytest.warns(SolverFallbackWarning) as record:
+        solve(problem)
+    with pytest.warns(SolverFallbackWarning) as more:
+        assign.solve_many({"a": problem})
+    record.list.extend(more.list)
+    with pytest.warns(SolverFallbackWarning) as more:
+        assign.assign_bits(channels, **kw)
+    record.list.extend(more.list)
+    with pytest.warns(SolverFallbackWarning) as more:
+        assign.solve_channels({"k": (channels, kw["dim"])}, **shared)
+    record.list.extend(more.list)
+    assert [w.filename for w in record] == [__file__] * 4
+
+
+def test_brute_force_names_its_group_limit():
+    problem, _, _ = _small_instance(0, lam=0.5)
+    with pytest.raises(ValueError, match=r"^\d+ groups is too many to enumerate \(max_groups=0\)$"):
+        solve_brute_force(problem, max_groups=0)
