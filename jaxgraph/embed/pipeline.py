@@ -26,7 +26,7 @@ The numba walkers and encoders are compiled with ``nogil=True``, so a host threa
 the main thread dispatches JAX programs. Stops propagate without deadlock: every blocking
 ``put``/``get``/wait polls a shared stop event; an exception in either thread (including
 ``KeyboardInterrupt``) sets it, the other side leaves, and the first error is re-raised by
-:func:`run_rounds`.
+:func:`run_stages` (for an embedding run, :func:`jaxgraph.embed.rounds.run_rounds`).
 
 Checkpoints (``checkpoint_dir``; files of :mod:`jaxgraph.embed.checkpoints`): after every
 round the corpus and the train state; a state from another run names the settings that differ.
@@ -39,16 +39,12 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from jaxgraph.options import flag
-
-if TYPE_CHECKING:
-    from jaxgraph.embed.rounds import RoundRunner
 
 Mode = Literal["sequential", "overlapped", "deterministic"]
 MODES = ("sequential", "overlapped", "deterministic")
@@ -199,43 +195,6 @@ def run_stages(
     if errors:
         raise errors[0]
     return done
-
-
-def run_rounds(runner: RoundRunner, *, stop: threading.Event | None = None) -> None:
-    """Runs the remaining rounds of ``runner`` on its configured schedule."""
-    pipe = runner.pipe
-    last_end = [time.perf_counter()]
-
-    def produce(r):
-        try:
-            return runner.produce(r)
-        except StopSignal:
-            raise
-        except BaseException:
-            runner.stop.set()
-            raise
-
-    def consume(corpus):
-        stopped = runner.consume(corpus, last_end[0])
-        last_end[0] = time.perf_counter()
-        return stopped
-
-    stop_event = stop or runner.stop
-    runner.stop = stop_event
-    try:
-        run_stages(
-            produce,
-            consume,
-            range(runner.start_round, runner.config.rounds),
-            threaded=pipe.mode != "sequential",
-            queue_size=pipe.queue_size,
-            poll_seconds=pipe.poll_seconds,
-            stop=stop_event,
-        )
-    finally:
-        with runner.cond:
-            runner.finished = True
-            runner.cond.notify_all()
 
 
 # ---------------------------------------------------------------------- utilisation

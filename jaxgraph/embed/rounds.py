@@ -4,8 +4,8 @@
 A round walks from its active set, encodes the walks (FaBC) and checkpoints the corpus on the
 host (:meth:`RoundRunner.produce`), then decodes and trains on the devices, checks the round's
 health and computes the feedback that fixes later rounds' active sets
-(:meth:`RoundRunner.consume`). :mod:`jaxgraph.embed.pipeline` decides on which threads and in
-which order these run.
+(:meth:`RoundRunner.consume`). :func:`run_rounds` runs them on the schedule of
+:mod:`jaxgraph.embed.pipeline` (:func:`~jaxgraph.embed.pipeline.run_stages`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from jaxgraph.embed.checkpoints import (
 from jaxgraph.embed.compress import CompressedWalks, raw_bytes
 from jaxgraph.embed.feedback import update_active_set
 from jaxgraph.embed.health import UnhealthyTraining
-from jaxgraph.embed.pipeline import PipelineConfig, Span, StopSignal
+from jaxgraph.embed.pipeline import PipelineConfig, Span, StopSignal, run_stages
 from jaxgraph.embed.walks import Walks, random_walks
 
 
@@ -324,3 +324,40 @@ class RoundRunner:
         self.stop_reason = meta["stop_reason"]
         self.start_round = int(meta["round"]) + 1
         return bool(meta["stopped"])
+
+
+def run_rounds(runner: RoundRunner, *, stop: threading.Event | None = None) -> None:
+    """Runs the remaining rounds of ``runner`` on its configured schedule."""
+    pipe = runner.pipe
+    last_end = [time.perf_counter()]
+
+    def produce(r):
+        try:
+            return runner.produce(r)
+        except StopSignal:
+            raise
+        except BaseException:
+            runner.stop.set()
+            raise
+
+    def consume(corpus):
+        stopped = runner.consume(corpus, last_end[0])
+        last_end[0] = time.perf_counter()
+        return stopped
+
+    stop_event = stop or runner.stop
+    runner.stop = stop_event
+    try:
+        run_stages(
+            produce,
+            consume,
+            range(runner.start_round, runner.config.rounds),
+            threaded=pipe.mode != "sequential",
+            queue_size=pipe.queue_size,
+            poll_seconds=pipe.poll_seconds,
+            stop=stop_event,
+        )
+    finally:
+        with runner.cond:
+            runner.finished = True
+            runner.cond.notify_all()

@@ -59,8 +59,8 @@ from jaxgraph.embed.codec import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
 from jaxgraph.embed.merge import AllSync, TableSync
-from jaxgraph.embed.pipeline import PipelineConfig, Span, run_rounds
-from jaxgraph.embed.rounds import RoundLog, RoundRunner
+from jaxgraph.embed.pipeline import PipelineConfig, Span
+from jaxgraph.embed.rounds import RoundLog, RoundRunner, run_rounds
 from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.skipgram import SkipGramTrainer
 from jaxgraph.embed.sync import HotspotSync, RandomSync
