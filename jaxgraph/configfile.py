@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import numbers
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -86,11 +85,7 @@ def from_dict(
 
 def check_int(name: str, value, low: int, high: float = math.inf, what: str = "") -> None:
     """``value`` is an integer in ``[low, high]``, or an error naming ``name``."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or not low <= value <= high
-    ):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         top = "" if high == math.inf else f", {high}"
         raise ValueError(
             f"{name} must be an integer in [{low}{top}]{what}, got {value!r}"

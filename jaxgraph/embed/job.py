@@ -19,13 +19,13 @@ from jaxgraph.embed.run import (
     embed,
     gpu_config,
     load_embed_config,
+    published_config,
     save_json,
     save_nodes,
     save_npy,
     save_round_log,
     walk_kind,
 )
-from jaxgraph.embed.walks import WalkConfig
 
 PRESETS: dict[str, str] = {
     "published": "DeepWalk's published run (10 rounds of one walk of 80 per node, window 10, "
@@ -49,7 +49,7 @@ def preset(name: str, method: Method = "felog") -> EmbedConfig:
     ``published`` in experiments/README.md), ``cpu`` :func:`cpu_config`, ``gpu``
     :func:`gpu_config`."""
     if name == "published":
-        return EmbedConfig(method=method, walk=WalkConfig(kind=walk_kind(method)))
+        return published_config(method)
     if name == "word2vec":
         cfg = preset("published", method)
         sgns = dataclasses.replace(cfg.sgns, row_cap=None, shared_negatives=1, interleave=None)

@@ -129,7 +129,8 @@ class EmbedConfig:
             )
         if self.seed < 0:
             raise ValueError(f"seed must be non-negative, got {self.seed}")
-        check_int("parts", self.parts, 1)
+        p = self.parts  # a NumPy integer is taken here (sweeps index their counts)
+        check_int("parts", int(p) if isinstance(p, np.integer) else p, 1)
 
     @property
     def uses_feedback(self) -> bool:
@@ -212,6 +213,12 @@ def walk_kind(method: Method) -> str:
     return "node2vec" if method == "node2vec" else "deepwalk"
 
 
+def published_config(method: Method = "felog", **changes) -> EmbedConfig:
+    """DeepWalk's published settings (:class:`EmbedConfig`'s own defaults) with the walker
+    ``method`` needs."""
+    return EmbedConfig(method=method, walk=WalkConfig(kind=walk_kind(method))).replace(**changes)
+
+
 def cpu_config(method: Method = "felog", **changes) -> EmbedConfig:
     """The CPU-sized configuration of the experiments (walk length 40, window 5, 10 rounds of
     one walk per node)."""
@@ -235,7 +242,7 @@ def gpu_config(method: Method = "felog", **changes) -> EmbedConfig:
     row norms run away, and no cap lifts an R-MAT's cosine AUC to gensim's at this batch
     (experiments/README.md, "Large batches").
     """
-    cfg = EmbedConfig(method=method, walk=WalkConfig(kind=walk_kind(method)))
+    cfg = published_config(method)
     sgns = dataclasses.replace(cfg.sgns, batch_size=16384, shared_negatives=8, row_cap=16)
     return cfg.replace(sgns=sgns).replace(**changes)
 
