@@ -50,7 +50,7 @@ from jaxgraph.comm.projection import projected_comm_time  # noqa: E402
 from jaxgraph.comm.quantized import Quantized  # noqa: E402
 from jaxgraph.comm.strategy import Vanilla  # noqa: E402
 from jaxgraph.comm.wirebytes import byte_report  # noqa: E402
-from jaxgraph.mesh import make_mesh  # noqa: E402
+from jaxgraph.mesh import make_mesh, to_host  # noqa: E402
 from jaxgraph.models import make_model  # noqa: E402
 from jaxgraph.partition import build_halo_plan, partition_graph  # noqa: E402
 from jaxgraph.partition.buckets import BitAssignment  # noqa: E402
@@ -160,14 +160,14 @@ def run(
         before = state.comm_state
         new = controller.update(before, epoch=epoch)
         if new is not None:
-            traces, current = controller._to_host(before)  # what the solve saw
+            traces, current = jax.tree.map(to_host, (before.trace, before.bits))  # solved on
             state = state.replace(comm_state=t_ada.place_comm_state(new))
             index = (epoch - 1) // period
             t0 = time.perf_counter()
             _, g = t_van.loss_and_grads(
                 state.replace(comm_state=t_van.place_comm_state({})), setup.shards
             )
-            ada_assignment = BitAssignment(fwd=new["bits"]["fwd"], bwd=new["bits"]["bwd"])
+            ada_assignment = new.bits
             rnd_assignment = random.assignment(plan, len(dims), period_index=index, seed=seed)
             methods = {
                 "adaqp": (t_ada, new, ada_assignment),

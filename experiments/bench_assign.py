@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from adaqp_table import data_config
 
-from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.adaptive import AssignConfig, Traces
 from jaxgraph.comm.adaqp import AdaQP
 from jaxgraph.comm.method import RunInfo
 from jaxgraph.models import make_model
@@ -68,7 +68,7 @@ def bench(dataset: str, parts: int, args) -> list[dict]:
         seconds, objectives = [], []
         for traces in draws:
             t0 = time.perf_counter()
-            _, log = controller.solve(traces, previous)
+            _, log = controller.solve(Traces(**traces), previous)
             seconds.append(time.perf_counter() - t0)
             objectives.append({k: v["objective"] for k, v in log["keys"].items()})
         results[(name, gap)] = (seconds, objectives)

@@ -321,7 +321,7 @@ def broadcast_schedule(args, graph, method: str, layers: int, parts: int) -> np.
     for e in range(1, args.epochs + 1):
         state, _ = trainer.train_step(state, shards)
         for layer in range(1, layers):
-            out[layer - 1, e - 1] = np.asarray(state.comm_state[layer]["sent_version"]) == e
+            out[layer - 1, e - 1] = np.asarray(state.comm_state[layer].sent_version) == e
     return out
 
 

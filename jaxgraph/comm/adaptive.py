@@ -4,7 +4,7 @@ Wan et al. (MLSys 2023) choose a bit-width for every group of halo messages by a
 mixed-integer program that trades the variance the quantization adds to the aggregated
 embeddings (and gradients) against the time of the slowest transfer of each ring round.
 
-**Tracing** (inside the jitted step, in ``comm_state["trace"]``). For every slot of every
+**Tracing** (inside the jitted step, in :attr:`AdaptiveState.trace`). For every slot of every
 exchange the step adds :func:`~jaxgraph.comm.qring.row_range_variance` of the row sent,
 ``(D / 6) (max - min)^2``, the expected stochastic-rounding variance of that row up to the
 factor ``1 / (2^b - 1)^2``. Forward rows are traced at the sender; backward rows (the gradient
@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -41,10 +43,7 @@ from jaxgraph.comm.method import RunInfo, check_periodic
 from jaxgraph.comm.qring import row_range_variance
 from jaxgraph.configfile import from_dict
 from jaxgraph.options import flag
-from jaxgraph.partition.buckets import (
-    QUANT_WIDTHS,
-    check_widths,
-)
+from jaxgraph.partition.buckets import QUANT_WIDTHS, BitAssignment, Layouts, check_widths
 from jaxgraph.partition.halo import HaloPlan
 
 NORMS = ("gcn", "mean")
@@ -206,52 +205,85 @@ def check_adaptive_run(method, run: RunInfo) -> None:
         )
 
 
-# ---------------------------------------------------------------------- traces in comm_state
-# An exchange with adaptive widths (this module's, or PipeGCN's stale one) keeps its traces in
-# ``comm_state["trace"]``: ``fwd[layer][r]`` per sent slot, ``bwd[layer][r]`` per slot of the
-# gradient rows sent back.
+# ---------------------------------------------------------------------- state
 
 
-def trace_sent_rows(comm_state, layer: int, h_local, send_idx):
-    """``comm_state`` with the range variance of the rows ``h_local`` sends at ``layer`` added
-    to the forward trace, slot by slot (``send_idx[r-1]``: the local rows of round ``r``)."""
+class Traces(NamedTuple):
+    """What an exchange with adaptive widths traces over a period, per layer and ring round
+    ``r``, ``f32[P, S_r]`` by slot: the summed range variance of the rows sent (``fwd``, at the
+    sender) and of the gradient rows sent back for them (``bwd``, at the forward receiver)."""
+
+    fwd: tuple
+    bwd: tuple
+
+
+class AdaptiveState(NamedTuple):
+    """``comm_state`` of adaptive widths on the halo ring (leaves ``[P, ...]`` on the host).
+
+    Attributes:
+      layouts: the bucket layouts of ``bits`` (:func:`~jaxgraph.partition.buckets.bucket_state`).
+      bits: the assignment in force, as data, so that a checkpoint restores it exactly.
+      trace: the period's :class:`Traces` so far.
+      next_bits: with a lookahead, the assignment solved for the next boundary (until a
+        solve, the current one); ``None`` without.
+      pipe: PipeGCN's stale buffers per layer (:class:`~jaxgraph.comm.pipegcn.PipeLayer`) when
+        its widths are adaptive; ``None`` for AdaQP.
+    """
+
+    layouts: Layouts
+    bits: BitAssignment
+    trace: Traces
+    next_bits: BitAssignment | None = None
+    pipe: tuple | None = None
+
+
+def trace_sent_rows(state: AdaptiveState, layer: int, h_local, send_idx) -> AdaptiveState:
+    """``state`` with the range variance of the rows ``h_local`` sends at ``layer`` added to
+    the forward trace, slot by slot (``send_idx[r-1]``: the local rows of round ``r``)."""
     v = row_range_variance(h_local)  # per local row, then per sent slot
-    sent = comm_state["trace"]["fwd"][layer]
-    traced = tuple(t + jnp.take(v, idx) for t, idx in zip(sent, send_idx, strict=True))
-    fwd = _replace(comm_state["trace"]["fwd"], layer, traced)
-    return {**comm_state, "trace": {**comm_state["trace"], "fwd": fwd}}
+    fwd = state.trace.fwd
+    traced = tuple(t + jnp.take(v, idx) for t, idx in zip(fwd[layer], send_idx, strict=True))
+    return state._replace(trace=state.trace._replace(fwd=_replace(fwd, layer, traced)))
 
 
-def zero_trace_probe(comm_state, layer: int) -> tuple:
+def zero_trace_probe(state: AdaptiveState, layer: int) -> tuple:
     """Zeros shaped like ``layer``'s backward trace: the probe whose cotangent traces the
     gradient rows sent back."""
-    return tuple(jnp.zeros_like(t) for t in comm_state["trace"]["bwd"][layer])
+    return tuple(jnp.zeros_like(t) for t in state.trace.bwd[layer])
 
 
-def trace_returned_rows(comm_state, layer: int, grads):
-    """``comm_state`` with a probe's cotangent ``grads`` (per round) added to ``layer``'s
-    backward trace."""
-    bwd = comm_state["trace"]["bwd"]
+def trace_returned_rows(state: AdaptiveState, layer: int, grads) -> AdaptiveState:
+    """``state`` with a probe's cotangent ``grads`` (per round) added to ``layer``'s backward
+    trace."""
+    bwd = state.trace.bwd
     summed = tuple(t + g for t, g in zip(bwd[layer], grads, strict=True))
-    return {**comm_state, "trace": {**comm_state["trace"], "bwd": _replace(bwd, layer, summed)}}
+    return state._replace(trace=state.trace._replace(bwd=_replace(bwd, layer, summed)))
 
 
-def saved_getter(saved: dict, prefix: str):
-    """``fetch(path, template)``: the saved leaf ``...comm_state<prefix><path>``, checked."""
+def saved_like(saved: dict[str, np.ndarray], template, path: str):
+    """``template`` (a subtree of ``comm_state`` at tree path ``path``, e.g. ``".bits"``) with
+    each leaf read from ``saved`` (a checkpoint's ``comm_state`` leaves by tree path below
+    ``comm_state``): matched by tree structure; a missing leaf, or one of another shape, is a
+    ValueError naming it."""
 
-    def fetch(path: str, template):
-        for name, value in saved.items():
-            if name.endswith(prefix + path):
-                value = np.asarray(value)
-                if value.shape != np.shape(template):
-                    raise ValueError(
-                        f"saved comm_state leaf {name} has shape {value.shape}, this run's plan "
-                        f"expects {np.shape(template)}"
-                    )
-                return value.astype(np.asarray(template).dtype)
-        raise ValueError(f"the checkpoint holds no comm_state leaf {prefix + path}")
+    def leaf(at, expect):
+        name = path + jax.tree_util.keystr(at)
+        if name not in saved:
+            raise ValueError(f"the checkpoint holds no comm_state leaf {name}")
+        value = np.asarray(saved[name])
+        if value.shape != np.shape(expect):
+            raise ValueError(
+                f"saved comm_state leaf {name} has shape {value.shape}, this run's plan "
+                f"expects {np.shape(expect)}"
+            )
+        return value.astype(np.asarray(expect).dtype)
 
-    return fetch
+    return jax.tree_util.tree_map_with_path(leaf, template)
+
+
+def widths_log(widths: dict) -> dict:
+    """Messages per width and exchange key, without the widths no message took."""
+    return {k: {str(b): n for b, n in v.items() if n} for k, v in widths.items()}
 
 
 def _replace(seq: tuple, index: int, value) -> tuple:
@@ -262,15 +294,18 @@ __all__ = [
     "NORMS",
     "PROJECTION_PRESETS",
     "QUANT_WIDTHS",
+    "AdaptiveState",
     "AssignConfig",
+    "Traces",
     "aggregation_scores",
     "check_adaptive",
     "check_adaptive_run",
     "first_width",
     "parse_interconnect",
     "receiver_to_sender",
-    "saved_getter",
+    "saved_like",
     "trace_returned_rows",
     "trace_sent_rows",
+    "widths_log",
     "zero_trace_probe",
 ]

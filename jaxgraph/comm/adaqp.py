@@ -7,8 +7,8 @@ traces of the last period are gathered to the host, one program per exchange key
 (``fwd{l}``, ``bwd{l}``) is solved (in threads), the traces are reset and the new bucket
 layout is installed: with ``chunks`` (the default of :class:`~jaxgraph.train.TrainConfig`) a
 layout of the same shapes, so the compiled step stays; with exact layouts a new step
-compiles (the loop caches compiled steps by layout). The assignment itself lives in
-``comm_state["bits"]`` so that checkpoints restore it exactly.
+compiles (the loop caches compiled steps by layout). The state is an
+:class:`~jaxgraph.comm.adaptive.AdaptiveState`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,17 @@ import numpy as np
 
 from jaxgraph.comm.adaptive import (
     PROJECTION_PRESETS,
+    AdaptiveState,
     AssignConfig,
+    Traces,
     aggregation_scores,
     check_adaptive,
     check_adaptive_run,
     first_width,
-    saved_getter,
+    saved_like,
     trace_returned_rows,
     trace_sent_rows,
+    widths_log,
     zero_trace_probe,
 )
 from jaxgraph.comm.method import Method, RunInfo, chunks_or_default
@@ -121,9 +124,9 @@ class AdaQP(Method, CommStrategy):
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
-        h_remote, comm_state, nbytes = quantized_layer_exchange(
+        h_remote, nbytes = quantized_layer_exchange(
             h_local,
-            comm_state,
+            comm_state.layouts,
             layer=layer,
             key=key,
             axis_name=axis_name,
@@ -180,28 +183,23 @@ class AdaptiveController(Controller):
 
             assign.load_solver()  # at set-up, not in the first assignment's overhead
 
-    def state_of(self, assignment, *, upcoming=None, traces=None) -> dict:
-        """Bucket layout, the assignment itself and the traces (zeros unless given; leaves
-        ``[P, ...]``). With a lookahead, also ``next_bits``: the assignment solved ahead of
-        the next boundary (``upcoming``; until a solve, the current one)."""
+    def state_of(self, assignment, *, upcoming=None, traces=None) -> AdaptiveState:
+        """The :class:`AdaptiveState` of ``assignment`` with ``traces`` (zeros unless given;
+        leaves ``[P, ...]``); with a lookahead, ``upcoming`` as the next assignment (until a
+        solve, the current one)."""
         plan = self.plan
-        state = bucket_state(
+        layouts = bucket_state(
             plan,
             assignment,
             chunks=self.chunks,
             widths=self.config.widths,
             param_dtype=self.param_dtype,
         )
-        state["bits"] = {"fwd": assignment.fwd, "bwd": assignment.bwd}
-        if self.config.lookahead:
-            upcoming = upcoming or assignment
-            state["next_bits"] = {"fwd": upcoming.fwd, "bwd": upcoming.bwd}
         if traces is None:
             zeros = tuple(np.zeros(m.shape, np.float32) for m in plan.send_mask)
-            n = len(self.layer_dims)
-            traces = {"fwd": (zeros,) * n, "bwd": (zeros,) * n}
-        state["trace"] = traces
-        return state
+            traces = Traces(*((zeros,) * len(self.layer_dims),) * 2)
+        upcoming = (upcoming or assignment) if self.config.lookahead else None
+        return AdaptiveState(layouts, assignment, traces, upcoming)
 
     def init_state(self, *, epoch: int = 0):
         """The first period's state: uniform widths (:func:`first_width`), zero traces. Only
@@ -212,25 +210,11 @@ class AdaptiveController(Controller):
 
     def resume(self, *, epoch, saved):
         template = self.init_state()
-
-        def saved_assignment(name):
-            fetch = saved_getter(saved, f"['{name}']")
-            fwd, bwd = (
-                tuple(
-                    tuple(fetch(f"['{d}'][{layer}][{r}]", a) for r, a in enumerate(rounds))
-                    for layer, rounds in enumerate(template["bits"][d])
-                )
-                for d in ("fwd", "bwd")
-            )
-            return BitAssignment(fwd=fwd, bwd=bwd)
-
-        upcoming = saved_assignment("next_bits") if self.config.lookahead else None
-        state = self.state_of(saved_assignment("bits"), upcoming=upcoming)
-        trace = saved_getter(saved, "['trace']")
-        state["trace"] = jax.tree_util.tree_map_with_path(
-            lambda path, a: trace(jax.tree_util.keystr(path), a), state["trace"]
-        )
-        return state
+        upcoming = None
+        if self.config.lookahead:
+            upcoming = saved_like(saved, template.next_bits, ".next_bits")
+        state = self.state_of(saved_like(saved, template.bits, ".bits"), upcoming=upcoming)
+        return state._replace(trace=saved_like(saved, template.trace, ".trace"))
 
     def _is_boundary(self, epoch: int) -> bool:
         return epoch > 1 and (epoch - 1) % self.period == 0
@@ -241,7 +225,7 @@ class AdaptiveController(Controller):
             # Solve now; the assignment takes over at the boundary. Only `next_bits` changes,
             # so the step keeps its layout (no re-jit); the traces keep accumulating.
             t0 = time.perf_counter()
-            traces, current = self._to_host(comm_state)
+            traces, current = jax.tree.map(to_host, (comm_state.trace, comm_state.bits))
             t_gather = time.perf_counter() - t0
             assignment, info = self._decide(traces, current)
             info.update(gather_time=t_gather, solved_at=epoch)
@@ -252,8 +236,7 @@ class AdaptiveController(Controller):
         if not self._is_boundary(epoch):
             return None
         if lookahead:  # install the assignment solved `lookahead` epochs ago; reset traces
-            nxt = jax.tree.map(_gather_to_host, comm_state["next_bits"])
-            assignment = BitAssignment(fwd=nxt["fwd"], bwd=nxt["bwd"])
+            assignment = jax.tree.map(to_host, comm_state.next_bits)
             pending = self._pending if self._pending and self._pending["boundary"] == epoch else {}
             info = {
                 **pending.get("log", {}),  # solver details (lost if the run resumed since)
@@ -263,7 +246,7 @@ class AdaptiveController(Controller):
             self._pending = None
         else:
             t0 = time.perf_counter()
-            traces, current = self._to_host(comm_state)
+            traces, current = jax.tree.map(to_host, (comm_state.trace, comm_state.bits))
             t_gather = time.perf_counter() - t0
             assignment, info = self._decide(traces, current)
             info["gather_time"] = t_gather
@@ -277,14 +260,20 @@ class AdaptiveController(Controller):
             return None
         return pending["boundary"], pending["state"]
 
-    def _to_host(self, comm_state):
-        """The traces and the assignment in force, gathered to the host."""
-        traces = jax.tree.map(_gather_to_host, comm_state["trace"])
-        current = BitAssignment(
-            fwd=jax.tree.map(_gather_to_host, comm_state["bits"]["fwd"]),
-            bwd=jax.tree.map(_gather_to_host, comm_state["bits"]["bwd"]),
-        )
-        return traces, current
+    def log(self, epoch: int) -> dict:
+        """The installed widths per key, their projected communication seconds, and each
+        key's solver status, for the metrics line of ``epoch`` (``{}`` between decisions)."""
+        info = self.last_update or {}
+        if info.get("epoch") != epoch:
+            return {}
+        out = {"widths": widths_log(info["widths"])}
+        out.update((k, info[k]) for k in ("projected", "cost_model", "solved_at") if k in info)
+        if "keys" in info:
+            out["solver"] = {
+                k: {f: v[f] for f in ("status", "solve_seconds", "mip_gap") if f in v}
+                for k, v in info["keys"].items()
+            }
+        return out
 
     def _decide(self, traces, previous):
         """The new assignment and its log; in a multi-process run process 0 solves (a
@@ -325,13 +314,13 @@ class AdaptiveController(Controller):
         scores = aggregation_scores(plan, self.norm, squares=squares)
         out = {}
         for layer, dim in enumerate(self.layer_dims):
-            traced = [np.asarray(t, np.float64) for t in traces["fwd"][layer]]
+            traced = [np.asarray(t, np.float64) for t in traces.fwd[layer]]
             # beta = s^2 * traced (square of the sum) or s * traced (s = sum of squares).
             weight = scores if squares else tuple(x * x for x in scores)
             beta = tuple(w * t * m for w, t, m in zip(weight, traced, plan.send_mask, strict=True))
             out[f"fwd{layer}"] = (beta, int(dim), False)
             if layer > 0:  # the first layer's input is data: no backward exchange
-                traced = [np.asarray(t, np.float64) for t in traces["bwd"][layer]]
+                traced = [np.asarray(t, np.float64) for t in traces.bwd[layer]]
                 # Held by the backward sender (the forward receiver d + r), in the slot order
                 # of the rows it received: already indexed by the channel's sender.
                 beta = tuple(
@@ -341,8 +330,9 @@ class AdaptiveController(Controller):
                 out[f"bwd{layer}"] = (beta, int(dim), True)
         return out
 
-    def solve(self, traces, previous: BitAssignment):
-        """The new assignment from host-side traces (leaves ``[P, S_r]``), and a log."""
+    def solve(self, traces: Traces, previous: BitAssignment):
+        """The new assignment from host-side :class:`Traces` (leaves ``[P, S_r]``), and a
+        log."""
         from jaxgraph.comm import assign
 
         cfg, plan = self.config, self.plan
@@ -411,12 +401,6 @@ class AdaptiveController(Controller):
 def _used_widths(assignment: BitAssignment, plan: HaloPlan) -> dict:
     """Message counts per width and exchange key; layer 0 has no backward exchange."""
     return {k: v for k, v in assignment.width_counts(plan).items() if k != "bwd0"}
-
-
-def _gather_to_host(x) -> np.ndarray:
-    """A ``[P, ...]`` array sharded over the mesh -> the whole NumPy array on this host (a
-    collective across processes in a multi-process run)."""
-    return to_host(x)
 
 
 def _channels(beta, plan: HaloPlan, backward: bool) -> list:

@@ -39,7 +39,13 @@ from typing import Any, Literal, NamedTuple
 import jax
 import numpy as np
 
-from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores, first_width, saved_getter
+from jaxgraph.comm.adaptive import (
+    AssignConfig,
+    aggregation_scores,
+    first_width,
+    saved_like,
+    widths_log,
+)
 from jaxgraph.comm.assign.problem import TIME_TOL, variance_factor
 from jaxgraph.comm.broadcast import tree_perm, tree_rounds
 from jaxgraph.comm.costmodel import MIB
@@ -249,13 +255,24 @@ class BlockWidthsController(Controller):
     def resume(self, *, epoch, saved):
         state = list(self.init_state(epoch=epoch))
         p, rows = self.plan.num_parts, self.plan.num_local_rows
-        fetch = saved_getter(saved, "")
         for layer in self._layers():
-            bits = fetch(f"[{layer}].quant.bits", state[layer].quant.bits)
+            bits = saved_like(saved, state[layer].quant.bits, f"[{layer}].quant.bits")
             widths = BlockWidths(tuple(map(int, bits[0, 0])), tuple(map(int, bits[0, 1])))
             entries = widths_state(widths, p, rows, self.q.mode == "adaptive")
             state[layer] = state[layer]._replace(quant=entries)
         return tuple(state)
+
+    def log(self, epoch: int) -> dict:
+        """The adaptive widths installed before ``epoch``, per key, with their projected
+        seconds (``{}`` between decisions and for random widths)."""
+        info = self.last_update or {}
+        if info.get("epoch") != epoch:
+            return {}
+        return {
+            "widths": widths_log(info["widths"]),
+            "projected": info["projected"],
+            "cost_model": info["cost_model"],
+        }
 
     def cost_model(self):
         if self.cost is None:

@@ -26,10 +26,9 @@ but a layer never waits for this step's messages:
   before dropout; here that order is kept for the pipeline only, since it changes the
   accumulation order of a row's gradient terms and so the last bits).
 
-``comm_state`` per layer and device: ``halo: f32[H, F]``, the halo rows (or their average)
-for the next step, and after the first layer ``grad: f32[Nl, F]``, the received halo gradients
-scatter-added onto the local rows (or their average: averaging per peer and after the
-scatter-add are the same linear map); empty with ``stale=False``.
+``comm_state`` is a :class:`PipeLayer` per layer (empty with ``stale=False`` in fp32): the
+halo rows for the next step and the received halo gradients (averaging per peer and after the
+scatter-add are the same linear map).
 
 - **Quantized** (``quantize=b``): the stale rows and gradients travel at ``b`` bits with the
   kernels, wire format and byte accounting of :mod:`jaxgraph.comm.quantized`, one fixed
@@ -38,7 +37,7 @@ scatter-add are the same linear map); empty with ``stale=False``.
 - **Adaptive widths** (``quantize="adaptive"``): AdaQP's widths per message group for the
   stale messages; the step traces the rows and gradient rows it sends, and every period
   :class:`StaleAdaptiveController` solves AdaQP's program from them and installs the new
-  layouts, keeping the stale buffers (under ``pipe`` beside AdaQP's state).
+  layouts, keeping the stale buffers (:attr:`~jaxgraph.comm.adaptive.AdaptiveState.pipe`).
 
 Bytes: the same ring as Vanilla, forward at every layer and backward at layers after the
 first; staleness hides the transfers behind computation but does not shrink them;
@@ -48,13 +47,14 @@ quantization does.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.adaptive import (
+    AdaptiveState,
     AssignConfig,
     check_adaptive,
     check_adaptive_run,
@@ -84,9 +84,35 @@ from jaxgraph.comm.wirebytes import exchange_bytes
 from jaxgraph.configfile import from_dict
 from jaxgraph.mesh import to_host, to_varying, varying_axes
 from jaxgraph.options import flag
-from jaxgraph.partition.buckets import BitAssignment, bucket_state
+from jaxgraph.partition.buckets import BitAssignment, ExchangeLayout, bucket_state
 
 DEFAULT_MOMENTUM = 0.95
+
+
+class PipeLayer(NamedTuple):
+    """One layer's ``comm_state`` (per device; leaves ``[P, ...]`` on the host).
+
+    Attributes:
+      halo: ``f32[H, F]``, the halo rows (or their average) the next step reads; None when
+        synchronous.
+      grad: ``f32[Nl, F]``, the halo gradients received, scatter-added onto the local rows (or
+        their average), which the next step adds; None at the first layer (its input is data)
+        and when synchronous.
+      fwd, bwd: the layer's fixed quantized layouts (``quantize=b``), else None.
+    """
+
+    halo: Any = None
+    grad: Any = None
+    fwd: ExchangeLayout | None = None
+    bwd: ExchangeLayout | None = None
+
+
+class StaleProbe(NamedTuple):
+    """The probe of a layer under adaptive widths: the halo gradient sent back (``grad``) and
+    the trace of its rows (``trace``)."""
+
+    grad: Any
+    trace: tuple
 
 
 def reverse_ring_scatter(
@@ -121,8 +147,8 @@ def stale_halo(h_local, probe, halo, grad, route, *, send_back):
     cotangent of ``h_local`` is ``grad`` (the gradient its peers sent at the previous step),
     and the cotangent of ``probe`` is ``send_back(g_halo, route)``: the halo cotangent sent
     to the owners now (:func:`reverse_ring_scatter` in fp32, or the quantized reverse ring),
-    for the next step, or with adaptive widths a dict of it (``"grad"``) and the trace of
-    the rows sent (``"trace"``), shaped like ``probe``. ``halo``, ``grad`` and ``route``
+    for the next step, or with adaptive widths a :class:`StaleProbe` of it and the trace of
+    the rows sent, shaped like ``probe``. ``halo``, ``grad`` and ``route``
     (the index arrays and keys ``send_back`` needs, passed explicitly rather than closed
     over) get none.
 
@@ -267,14 +293,15 @@ class PipeGCN(Method, CommStrategy):
         """Whether the widths are AdaQP's, re-solved every period."""
         return self.quantize == "adaptive"
 
-    def pipe_state(self, plan, layer_dims) -> tuple:
+    def pipe_state(self, plan, layer_dims) -> tuple[PipeLayer, ...]:
         """Per layer, the zero stale halo (``halo: [P, H, F]``) and, after the first layer,
         the zero halo gradient (``grad: [P, Nl, F]``)."""
         p, nl, h = plan.num_parts, plan.num_local_rows, plan.num_halo_rows
-        # Layer 0 (data input) sends no gradient back: no gradient buffer.
         return tuple(
-            {"halo": np.zeros((p, h, f), np.float32)}
-            | ({"grad": np.zeros((p, nl, f), np.float32)} if layer else {})
+            PipeLayer(
+                halo=np.zeros((p, h, f), np.float32),
+                grad=np.zeros((p, nl, f), np.float32) if layer else None,
+            )
             for layer, f in enumerate(layer_dims)
         )
 
@@ -285,35 +312,32 @@ class PipeGCN(Method, CommStrategy):
             # AdaQP's state (layouts, assignment, traces) and the pipeline's buffers, under
             # RunInfo's defaults (the controller gives the run's own).
             return StaleAdaptiveController(self, plan, layer_dims).init_state()
-        layouts = [{} for _ in layer_dims]
-        if self.quantize is not None:  # one fixed layout per layer and direction
-            uniform = BitAssignment.uniform(plan, len(layer_dims), self.quantize)
-            state = bucket_state(plan, uniform)
-            pairs = zip(state["fwd"], state["bwd"], strict=True)
-            layouts = [{"fwd": f, "bwd": b} for f, b in pairs]
-        if not self.stale:
-            return tuple(layouts) if self.quantize is not None else ()
-        return tuple(
-            pipe | layout
-            for pipe, layout in zip(self.pipe_state(plan, layer_dims), layouts, strict=True)
+        layers = (
+            self.pipe_state(plan, layer_dims) if self.stale else (PipeLayer(),) * len(layer_dims)
         )
+        if self.quantize is None:
+            return layers if self.stale else ()
+        # One fixed layout per layer and direction.
+        layouts = bucket_state(plan, BitAssignment.uniform(plan, len(layer_dims), self.quantize))
+        return tuple(st._replace(fwd=f, bwd=b) for st, f, b in zip(layers, *layouts, strict=True))
 
     def controller(self, plan, layer_dims, *, cost=None, run=None):
         if self.adaptive:
             return StaleAdaptiveController(self, plan, layer_dims, cost=cost, run=run)
         return Controller(self, plan, layer_dims)
 
-    def _layer(self, comm_state, layer):
-        """``(pipeline buffers, forward layout, backward layout)`` of ``layer`` (layouts None
-        for fp32 rows)."""
+    def _layer(self, comm_state, layer) -> PipeLayer:
+        """``layer``'s buffers and layouts (layouts None for fp32 rows)."""
         if self.adaptive:
-            return comm_state["pipe"][layer], comm_state["fwd"][layer], comm_state["bwd"][layer]
-        st = comm_state[layer]
-        return st, st.get("fwd"), st.get("bwd")
+            layouts = comm_state.layouts
+            st = comm_state.pipe[layer]
+            return st._replace(fwd=layouts.fwd[layer], bwd=layouts.bwd[layer])
+        return comm_state[layer]
 
-    def _with_layer(self, comm_state, layer, new):
+    def _with_layer(self, comm_state, layer, new: PipeLayer):
         if self.adaptive:
-            return {**comm_state, "pipe": _replace(comm_state["pipe"], layer, new)}
+            pipe = _replace(comm_state.pipe, layer, new._replace(fwd=None, bwd=None))
+            return comm_state._replace(pipe=pipe)
         return _replace(comm_state, layer, new)
 
     def exchange(
@@ -322,7 +346,8 @@ class PipeGCN(Method, CommStrategy):
         quantized = self.quantize is not None
         if quantized and key is None:
             raise ValueError("the quantized exchange needs a PRNG key")
-        st, fwd_layout, bwd_layout = self._layer(comm_state, layer) if comm_state else ({},) * 3
+        st = self._layer(comm_state, layer) if comm_state else PipeLayer()
+        fwd_layout, bwd_layout = st.fwd, st.bwd
         nbytes = self._bytes(h_local, shard, fwd_layout, bwd_layout, layer, axis_name, num_parts)
         if not self.stale:
             if quantized:
@@ -344,7 +369,7 @@ class PipeGCN(Method, CommStrategy):
         else:
             recv = ring_exchange(h_sent, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
         if probe is None:  # layer 0: the input is data, nothing to send back
-            h_remote = st["halo"]
+            h_remote = st.halo
         else:
             num_local = h_local.shape[0]
             if quantized:
@@ -365,7 +390,7 @@ class PipeGCN(Method, CommStrategy):
                     if not traced:
                         return g
                     # The backward messages' trace, slot by slot, as AdaQP's exchange has it.
-                    return {"grad": g, "trace": slot_variances(g_halo, round_rows)}
+                    return StaleProbe(g, slot_variances(g_halo, round_rows))
             else:
                 route = tuple(shard.send_idx)
 
@@ -374,10 +399,8 @@ class PipeGCN(Method, CommStrategy):
                         g_halo, route, num_local=num_local, axis_name=axis_name, num_parts=num_parts
                     )
 
-            h_remote = stale_halo(
-                h_local, probe, st["halo"], st["grad"], route, send_back=send_back
-            )
-        new = {**st, "halo": _smooth(st["halo"], recv, self.feature_momentum)}
+            h_remote = stale_halo(h_local, probe, st.halo, st.grad, route, send_back=send_back)
+        new = st._replace(halo=_smooth(st.halo, recv, self.feature_momentum))
         comm_state = self._with_layer(comm_state, layer, new)
         if self.adaptive:  # the forward messages' trace, at the sender
             comm_state = trace_sent_rows(comm_state, layer, h_sent, shard.send_idx)
@@ -404,9 +427,9 @@ class PipeGCN(Method, CommStrategy):
             if layer == 0:
                 out.append(None)
                 continue
-            grad = jnp.zeros_like(self._layer(comm_state, layer)[0]["grad"])
+            grad = jnp.zeros_like(self._layer(comm_state, layer).grad)
             if self.adaptive:
-                out.append({"grad": grad, "trace": zero_trace_probe(comm_state, layer)})
+                out.append(StaleProbe(grad, zero_trace_probe(comm_state, layer)))
             else:
                 out.append(grad)
         return tuple(out)
@@ -419,11 +442,11 @@ class PipeGCN(Method, CommStrategy):
             if fresh is None:
                 continue
             if self.adaptive:
-                out = trace_returned_rows(out, layer, fresh["trace"])
-                fresh = fresh["grad"]
-            st = self._layer(out, layer)[0]
-            grad = _smooth(st["grad"], fresh, self.gradient_momentum)
-            out = self._with_layer(out, layer, {**st, "grad": grad})
+                out = trace_returned_rows(out, layer, fresh.trace)
+                fresh = fresh.grad
+            st = self._layer(out, layer)
+            grad = _smooth(st.grad, fresh, self.gradient_momentum)
+            out = self._with_layer(out, layer, st._replace(grad=grad))
         return out
 
 
@@ -434,18 +457,17 @@ class StaleAdaptiveController(AdaptiveController):
     (stale halos and gradients) across the change of widths: what was received under the
     old widths is what the next step reads."""
 
-    def state_of(self, assignment, **kw) -> dict:
+    def state_of(self, assignment, **kw) -> AdaptiveState:
         # Zero buffers: the shape template of a compiled-ahead step or a checkpoint restore;
         # update() puts the live ones in.
-        return super().state_of(assignment, **kw) | {
-            "pipe": self.exchange.pipe_state(self.plan, self.layer_dims)
-        }
+        pipe = self.exchange.pipe_state(self.plan, self.layer_dims)
+        return super().state_of(assignment, **kw)._replace(pipe=pipe)
 
     def update(self, comm_state, *, epoch):
         new = super().update(comm_state, epoch=epoch)
         if new is None:
             return None
-        return {**new, "pipe": jax.tree.map(to_host, comm_state["pipe"])}
+        return new._replace(pipe=jax.tree.map(to_host, comm_state.pipe))
 
 
 def _momentum(flag, value) -> float | None:
@@ -465,4 +487,11 @@ def _replace(comm_state, layer, new):
     return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
-__all__ = ["PipeGCN", "StaleAdaptiveController", "reverse_ring_scatter", "stale_halo"]
+__all__ = [
+    "PipeGCN",
+    "PipeLayer",
+    "StaleAdaptiveController",
+    "StaleProbe",
+    "reverse_ring_scatter",
+    "stale_halo",
+]

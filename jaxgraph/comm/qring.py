@@ -1,23 +1,13 @@
 """The stochastically quantized ring halo exchange, on the device (AdaQP's message compression).
 
-Every halo row that crosses devices travels as 2-, 4- or 8-bit integer codes (or raw fp32, the
-"32-bit" width that turns compression off), in the forward pass and, for the gradient rows sent
-back, in the backward pass (Wan et al., MLSys 2023). The bucket layouts it runs on are planned
-on the host (:mod:`jaxgraph.partition.buckets`); their bytes are counted in
-:mod:`jaxgraph.comm.wirebytes`. It serves the methods
-:class:`~jaxgraph.comm.quantized.Quantized`, :class:`~jaxgraph.comm.adaqp.AdaQP` and a quantized
-:class:`~jaxgraph.comm.pipegcn.PipeGCN`.
-
-**Wire.** Each device sends one byte buffer per round: its buckets' real bytes back to back, by
-ascending width. ``ppermute`` moves the same shape on every device, so the buffer is padded to
-the largest sender's total in that round -- not each bucket to its largest sender, which under a
-mixed assignment (one device's rows mostly at 8 bits, another's mostly at 2) would pay for the
-widest mix of every width at once. The offsets differ per device and travel as data
-(each device's bucket sizes), so the program is the same for every device.
-
-**Backward.** A ``custom_vjp`` sends the halo-row gradients back along the reversed ring, each
-bucket quantized with its backward width, and scatter-adds them into the sender's rows. The
-first layer's input is data, never differentiated, so it has no backward exchange.
+Halo rows travel as 2-, 4- or 8-bit codes (or raw fp32 at "32 bits"), forward and, for the
+gradient rows sent back, backward (Wan et al., MLSys 2023), in the bucket layouts of
+:mod:`jaxgraph.partition.buckets` (bytes: :mod:`jaxgraph.comm.wirebytes`). Each device sends one
+byte buffer per round, its buckets' real bytes back to back by ascending width, padded to the
+round's largest sender's total (not each bucket to its largest sender, which under a mixed
+assignment would pay for the widest mix of every width at once). The offsets are data, so the
+program is the same on every device. A ``custom_vjp`` sends the gradients back along the
+reversed ring at the backward widths and scatter-adds them into the sender's rows.
 """
 
 from __future__ import annotations
@@ -27,12 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.ring import ring_perm
-from jaxgraph.comm.wirebytes import (
-    chunk_bytes,
-    exchange_bytes,
-    round_buffer_bytes,
-    round_units,
-)
+from jaxgraph.comm.wirebytes import chunk_bytes, exchange_bytes, round_buffer_bytes, round_units
 from jaxgraph.mesh import to_varying, varying_axes
 from jaxgraph.partition.buckets import (
     ExchangeLayout,
@@ -41,8 +26,6 @@ from jaxgraph.partition.buckets import (
     piece_bytes,
 )
 from pallas_kernels.quantize import dequantize, quantize
-
-# ---------------------------------------------------------------------- device: exchange
 
 
 def _as_bytes(x: jax.Array) -> jax.Array:
@@ -54,15 +37,10 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
     """The rows of ``layout`` gathered from ``source``, quantized, sent around the ring and
     dequantized: ``f32[M, D]``, the received rows of all widths (ascending) and rounds.
 
-    Each width is gathered and quantized once for all rounds (key ``fold_in(key, w)``). Round
-    ``r`` sends, per width, the packed codes and then the ``(scale, lo)`` (fp32 or bfloat16:
-    ``layout.param_bytes``) of the device's real rows of its bucket (fp32 rows at 32 bits), back
-    to back in one byte buffer of the round's static length, to ``d ± r``: one ``ppermute`` per
-    round. Each piece is written at an offset that depends on the device's own bucket sizes
-    (data), and read back from the received buffer at the sender's offsets; bytes past a
-    sender's real rows are zeroed, and the rows they decode to are dropped by the placement.
-    Few, large operations keep the compiled step small: its compile time grows with the number
-    of kernels.
+    Each width is quantized once for all rounds (key ``fold_in(key, w)``). Round ``r`` sends,
+    per width, the codes and then the ``(scale, lo)`` of the device's real rows, in one buffer
+    to ``d ± r``; bytes past a sender's real rows are zeroed, and the rows they decode to are
+    dropped by the placement. Few, large operations keep the compile time small.
     """
     dim = source.shape[-1]
     counts = layout.counts
@@ -137,12 +115,9 @@ def _exchange(source, layout: ExchangeLayout, key, axis_name, num_parts, reverse
 
 def _pack(pieces, length: int) -> jax.Array:
     """One device's round buffer: ``uint8[length]`` holding the real bytes of each piece
-    ``(static bytes, real length)`` back to back, in order.
-
-    Each piece is written whole at the running offset; its bytes past the real length are
-    overwritten by the next piece or lie past the device's own total. The scratch buffer holds
-    every piece at its static size, so no write is shifted by ``dynamic_update_slice``'s
-    clamping of the start index."""
+    ``(static bytes, real length)`` back to back. Each piece is written whole at the running
+    offset (the next overwrites its tail) into a scratch buffer that fits every piece at its
+    static size, so no write is shifted by ``dynamic_update_slice``'s clamping."""
     size = max(sum(p.shape[0] for p, _ in pieces), length)
     scratch = _like_varying(jnp.zeros((size,), jnp.uint8), pieces[0][0])
     offset = jnp.int32(0)
@@ -154,13 +129,9 @@ def _pack(pieces, length: int) -> jax.Array:
 
 def _send_chunks(buf, units, unit: int, chunks: int, axis_name, perm) -> jax.Array:
     """The first ``units * unit`` bytes of ``buf`` (``uint8[2^chunks * unit]``) sent along
-    ``perm``; the rest of the received buffer is zero.
-
-    The prefix travels as one ``ppermute`` of ``2^j * unit`` bytes per set bit ``j`` of
-    ``units`` (largest first), each under a ``lax.cond``: at most ``chunks + 1`` transfers, no
-    more than one unit beyond the largest sender's bytes. ``units`` must be identical on every
-    device (it comes from a ``pmax``): a collective in a branch that only some devices take
-    never completes."""
+    ``perm``, the rest of the received buffer zero: one ``ppermute`` of ``2^j * unit`` bytes per
+    set bit ``j`` of ``units``, each under a ``lax.cond`` (``units`` is identical on every
+    device, from a ``pmax``)."""
     out = _like_varying(jnp.zeros_like(buf), buf)
     offset = jnp.int32(0)
     for j in reversed(range(chunks + 1)):
@@ -193,13 +164,10 @@ def _unpack(buf: jax.Array, sizes) -> list[jax.Array]:
 def _computed_once(packed: jax.Array, key: jax.Array) -> jax.Array:
     """``packed`` unchanged, but materialized once before it is sliced into rounds.
 
-    XLA's fusion duplicates a chain of cheap elementwise producers into every consumer, so
-    without this each round's slice of the codes would recompute the whole quantization
-    (the Threefry hash included): one copy per round in the compiled program, multiplying its
-    compile time (at 8 bits, where packing has no reduction to stop the chain). An integer
-    division by a runtime value counts as expensive in that heuristic, so dividing by a one
-    that XLA cannot prove constant (``k // k`` of the key's data, ``k`` odd) stops the
-    duplication, at the price of one integer division per byte.
+    XLA's fusion would duplicate the whole quantization (Threefry included) into every round's
+    slice, multiplying the compile time (at 8 bits). An integer division by a runtime value
+    counts as expensive in that heuristic, so dividing by a one XLA cannot prove constant
+    (``k // k`` of the key's data, ``k`` odd) stops it, for one division per byte.
     """
     word = jax.random.key_data(key).reshape(-1)[0] | np.uint32(1)
     return packed // (word // word).astype(packed.dtype)
@@ -222,37 +190,26 @@ def row_range_variance(rows: jax.Array) -> jax.Array:
 
 
 def slot_variances(g_halo, round_rows) -> tuple:
-    """:func:`row_range_variance` of halo-layout rows, cut into the rounds' slots
-    (``round_rows[r-1]`` rows in round ``r``): the backward trace of a quantized exchange.
-
-    Shapes:
-      ``g_halo: [H, D]`` -> per round ``f32[S_r]``.
-    """
+    """:func:`row_range_variance` of halo-layout rows ``g_halo: [H, D]``, cut into the rounds'
+    slots (``round_rows[r-1]`` rows in round ``r``): the backward trace of a quantized exchange,
+    per round ``f32[S_r]``."""
     v = row_range_variance(g_halo)
     offsets = np.cumsum((0,) + tuple(round_rows))
     return tuple(v[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1))
 
 
 def quantized_halo(h_local, layout, key, *, axis_name, num_parts):
-    """The forward data path of :func:`quantized_ring_exchange`: the halo rows of ``layout``
-    (a forward :class:`ExchangeLayout`), quantized with ``key`` and dequantized on arrival,
-    with no gradient rule of its own (PipeGCN sends its stale halos this way).
-
-    Shapes:
-      ``h_local: f32[Nl, D]`` -> ``f32[H, D]``.
-    """
+    """The forward data path of :func:`quantized_ring_exchange`, with no gradient rule (PipeGCN
+    sends its stale halos this way): ``h_local: f32[Nl, D]`` -> the halo rows ``f32[H, D]`` of
+    the forward ``layout``, quantized with ``key`` and dequantized on arrival."""
     rows = _exchange(h_local, layout, key, axis_name, num_parts, reverse=False)
     return jnp.take(rows, layout.place, axis=0, mode="fill", fill_value=0)
 
 
 def quantized_halo_gradient(g_halo, layout, key, num_local: int, *, axis_name, num_parts):
-    """The backward data path: halo gradient rows sent back to their owners along the
-    reversed ring, quantized with ``key`` under ``layout`` (a backward :class:`ExchangeLayout`)
-    and added onto the rows they came from.
-
-    Shapes:
-      ``g_halo: f32[H, D]`` -> ``f32[num_local, D]``.
-    """
+    """The backward data path: halo gradient rows ``g_halo: f32[H, D]`` sent back to their
+    owners along the reversed ring, quantized with ``key`` under the backward ``layout``, and
+    added onto the rows they came from: ``f32[num_local, D]``."""
     rows = _exchange(g_halo, layout, key, axis_name, num_parts, reverse=True)
     # Typed like the primal input: varying over the mesh axis even with no rounds (P = 1).
     g = _like_varying(jnp.zeros((num_local, g_halo.shape[-1]), g_halo.dtype), g_halo)
@@ -264,13 +221,10 @@ def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, pro
 
     Args:
       h_local: ``f32[Nl, D]`` this device's rows.
-      fwd, bwd: this device's :class:`ExchangeLayout` of each direction (from
-        :func:`bucket_state`, leading axis removed).
+      fwd, bwd: this device's :class:`ExchangeLayout` of each direction.
       key: PRNG key of this device, step and layer; directions and widths fold it.
-      probe: optional per round ``f32[S_r]`` (its value is ignored). Its cotangent is the
-        :func:`row_range_variance` of the gradient rows this device sends back in the
-        backward pass, slot by slot (indexed as the rows it received in that round): the
-        side channel through which the backward messages are traced.
+      probe: optional per round ``f32[S_r]`` (value ignored); its cotangent is
+        :func:`slot_variances` of the gradient rows this device sends back.
 
     Returns:
       ``f32[H, D]``: the dequantized halo rows in the plan's halo layout.
@@ -306,18 +260,12 @@ def quantized_ring_exchange(h_local, fwd, bwd, key, *, axis_name, num_parts, pro
     return exchange(h_local, None if probe is None else tuple(probe), aux)
 
 
-def quantized_layer_exchange(h_local, comm_state, *, layer, key, axis_name, num_parts, probe):
-    """Layer ``layer``'s quantized ring exchange under the bucket layouts of ``comm_state``
-    (``comm_state["fwd"][layer]``, ``["bwd"][layer]``; :func:`bucket_state`), and the bytes it
-    moves; the exchange of :class:`Quantized` and of AdaQP's adaptive widths.
-
-    Returns:
-      ``(h_remote, comm_state, bytes_moved)``.
-    """
+def quantized_layer_exchange(h_local, layouts, *, layer, key, axis_name, num_parts, probe):
+    """Layer ``layer``'s quantized ring exchange under ``layouts``
+    (:class:`~jaxgraph.partition.buckets.Layouts`): ``(h_remote, bytes_moved)``."""
     if key is None:
         raise ValueError("the quantized exchange needs a PRNG key")
-    fwd = comm_state["fwd"][layer]
-    bwd = comm_state["bwd"][layer]
+    fwd, bwd = layouts.fwd[layer], layouts.bwd[layer]
     h_remote = quantized_ring_exchange(
         h_local, fwd, bwd, key, axis_name=axis_name, num_parts=num_parts, probe=probe
     )
@@ -325,7 +273,7 @@ def quantized_layer_exchange(h_local, comm_state, *, layer, key, axis_name, num_
     nbytes = exchange_bytes(fwd, dim, axis_name, num_parts)
     if layer > 0:  # the first layer's input is data: no backward exchange
         nbytes = nbytes + exchange_bytes(bwd, dim, axis_name, num_parts)
-    return h_remote, comm_state, nbytes
+    return h_remote, nbytes
 
 
 __all__ = [

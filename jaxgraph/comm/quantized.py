@@ -138,7 +138,7 @@ class Quantized(Method, CommStrategy):
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
         del shard
-        return quantized_layer_exchange(
+        h_remote, nbytes = quantized_layer_exchange(
             h_local,
             comm_state,
             layer=layer,
@@ -147,6 +147,7 @@ class Quantized(Method, CommStrategy):
             num_parts=num_parts,
             probe=probe,
         )
+        return h_remote, comm_state, nbytes
 
 
 class QuantizedWidths(Controller):

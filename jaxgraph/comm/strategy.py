@@ -177,33 +177,19 @@ class Controller:
 
     def resume(self, *, epoch: int, saved: dict[str, np.ndarray]) -> CommState:
         """Host-side template of the ``comm_state`` a checkpoint taken after ``epoch`` epochs
-        restores into. ``saved`` maps each saved ``comm_state`` leaf's tree path
-        (``jax.tree_util.keystr``) to its array, for strategies whose state shapes depend on
-        what happened during training (e.g. a bit assignment solved from traced data).
-        """
+        restores into. ``saved`` maps each saved ``comm_state`` leaf's tree path below
+        ``comm_state`` (``jax.tree_util.keystr``, e.g. ``".bits.fwd[0][0]"``) to its array,
+        for strategies whose state shapes depend on what happened during training (e.g. a bit
+        assignment solved from traced data; :func:`~jaxgraph.comm.adaptive.saved_like`)."""
         del saved
         return self.init_state(epoch=epoch)
 
     def log(self, epoch: int) -> dict:
-        """What the decision installed before ``epoch`` reports for the metrics line (widths
-        per key, projected communication time, solver status), or ``{}``."""
-        info = self.last_update or {}
-        if info.get("epoch", epoch) != epoch:
-            return {}
-        out = {}
-        if "widths" in info:
-            out["widths"] = {
-                k: {str(b): n for b, n in v.items() if n} for k, v in info["widths"].items()
-            }
-        for field in ("projected", "cost_model", "solved_at"):
-            if field in info:
-                out[field] = info[field]
-        if "keys" in info:
-            out["solver"] = {
-                k: {f: v[f] for f in ("status", "solve_seconds", "mip_gap") if f in v}
-                for k, v in info["keys"].items()
-            }
-        return out
+        """What the decision installed before ``epoch`` reports for the metrics line (widths,
+        projected communication time, solver status), or ``{}``; each controller that decides
+        writes its own."""
+        del epoch
+        return {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,10 +24,9 @@ from jaxgraph.partition.halo import HaloPlan
 
 
 def round_buffer_bytes(layout: ExchangeLayout, dim: int) -> tuple[int, ...]:
-    """Length of each round's byte buffer for rows of width ``dim``. Exact layout: the largest
-    sender's total (every device sends that many bytes in the round). Chunked layout: the
-    round's capacity rounded up to whole units (:func:`chunk_bytes`); only the units the
-    largest sender fills travel (:func:`round_moved_bytes`)."""
+    """Length of each round's byte buffer for rows of width ``dim``: the largest sender's total
+    (exact layout), or the round's capacity in whole units (chunked layout: :func:`chunk_bytes`;
+    only the units the largest sender fills travel, :func:`round_moved_bytes`)."""
     if not layout.chunks:
         return _largest_round_bytes(layout, dim)
     return tuple(u << layout.chunks for u in chunk_bytes(layout, dim))
@@ -116,16 +115,15 @@ def byte_report(
     widths=QUANT_WIDTHS,
     param_dtype: str = "float32",
 ) -> dict:
-    """Bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (padded round buffers,
-    what the collectives carry; see :func:`layout_bytes`), ``bucket_padded`` (what they would
-    carry with every bucket padded to its largest sender, the layout before round buffers) and
-    ``useful`` (real rows only). Layer 0 has no backward exchange. ``chunks``, ``widths`` and
-    ``param_dtype`` as in :func:`bucket_state`."""
+    """Bytes over the whole mesh per ``fwd{l}`` / ``bwd{l}``: ``moved`` (what the collectives
+    carry, :func:`layout_bytes`), ``bucket_padded`` (with every bucket padded to its largest
+    sender) and ``useful`` (real rows only). ``chunks``, ``widths`` and ``param_dtype`` as in
+    :func:`bucket_state`."""
     state = bucket_state(plan, assignment, chunks=chunks, widths=widths, param_dtype=param_dtype)
     p = plan.num_parts
     out = {}
-    for name in ("fwd", "bwd"):
-        for layer, layout in enumerate(state[name]):
+    for name, layouts in zip(("fwd", "bwd"), state, strict=True):
+        for layer, layout in enumerate(layouts):
             if name == "bwd" and layer == 0:
                 continue
             dim = layer_dims[layer]

@@ -1,17 +1,13 @@
 """How the replicas of the SGNS tables merge: the :class:`TableSync` protocol every sync
-implements, the merge rules (:func:`merge_rows`, :func:`merge_block`) and :class:`AllSync`.
-
-Each device of the data-parallel trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`)
-trains a full replica of both tables; a :class:`TableSync` merges rows across the replicas every
-``sync_every`` steps, inside ``shard_map``. :class:`AllSync` merges every row (FeLoG's
-baseline); the selective syncs of :mod:`jaxgraph.embed.sync` merge the rows a plan picks.
+implements, the merge rules (:func:`merge_rows`, :func:`merge_block`) and :class:`AllSync`
+(every row, FeLoG's baseline); the selective syncs are :mod:`jaxgraph.embed.sync`'s.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -22,14 +18,10 @@ from jaxgraph.embed.sgns import Merge, Tables, check_merge
 class TableSync(Protocol):
     """Merges (some) table rows across the replicas; called inside ``shard_map``.
 
-    ``__call__(tables, anchor, *, axis_name) -> (tables, anchor)`` on one replica's
-    ``Tables(f32[N, d], f32[N, d])``. ``anchor`` is the value of the tables at the previous
-    merge (``None`` unless ``needs_anchor``); the sync returns the new anchor. ``merge`` names
-    the rule the closing full sync of a round uses; ``rows(num_nodes)`` is the number of rows
-    (of both tables together) that one call all-reduces, for communication accounting.
-
-    A sync whose rows are picked on the host is a :class:`PlannedSync`.
-    """
+    ``__call__(tables, anchor, *, axis_name) -> (tables, anchor)`` on one replica's tables;
+    ``anchor`` is their value at the previous merge (``None`` unless ``needs_anchor``). ``merge``
+    names the rule of a round's closing full sync; ``rows(num_nodes)`` counts the rows (of both
+    tables) one call all-reduces."""
 
     merge: Merge
     needs_anchor: bool
@@ -42,13 +34,9 @@ class TableSync(Protocol):
 class PlannedSync(abc.ABC):
     """A :class:`TableSync` whose rows a host-side plan picks (:mod:`jaxgraph.embed.sync`).
 
-    ``plan(update_counts, round_update_counts, sync_index, seed, pending_counts=...)
-    -> SyncPlan`` is called on the host before each periodic sync with the trainer's counts (of
-    the run, of the round, and since each row's last merge); the sync is then called as
-    ``__call__(tables, anchor, index, *, axis_name)`` with the plan's replicated row index
-    (:func:`~jaxgraph.embed.programs.indexed_sync_program`), or replaced by a full merge when
-    the plan's index is None.
-    """
+    ``plan(...) -> SyncPlan`` runs on the host before each periodic sync; the sync is then
+    called as ``__call__(tables, anchor, index, *, axis_name)`` with the plan's row index, or
+    replaced by a full merge when it is None."""
 
     @abc.abstractmethod
     def plan(self, update_counts, round_update_counts, sync_index, seed, pending_counts=None): ...
@@ -87,44 +75,21 @@ def merge_rows(
     and returns the new anchor (None for ``"mean"``, which needs none).
 
     ``input_rows`` (``int32[C]``, replicated; repeats allowed) restricts the merge of ``syn0``
-    to those rows; ``syn1`` is merged whole. The result is the full merge's whenever every
-    other ``syn0`` row is unchanged on every replica since the last merge: such a row is
-    equal on all replicas and to its anchor, so every rule leaves it as it is. ``syn0``
-    changes only at the input rows of the trained pairs, which the host knows, so the trainer
-    passes the inputs trained since the last merge (:class:`SkipGramTrainer`); ``syn1`` also
-    changes at the negatives, drawn on the devices.
+    to those rows, exact when every other ``syn0`` row is unchanged since the last merge (every
+    rule leaves such a row as it is): ``syn0`` changes only at the trained pairs' inputs.
 
-    A merge reads and writes every row of both tables and the anchor, so it is bound by memory
-    bandwidth; merging ``syn0`` at its trained rows only is what makes it cheaper
-    (experiments/README.md, "Where a round's time goes").
-
-    ``"mean"`` (FeLoG, DistGER): ``pmean`` (model averaging; each replica's update counts
-    ``1/P``). With a merge after every step, ``P`` devices at ``alpha`` equal one device training
-    on the union of their batches at ``alpha / P``, so a round on ``P`` devices moves the tables
-    about as far as ``1/P`` of a round on one device.
-    ``"sum"``: ``anchor + psum(tables - anchor)``: every replica's update counts fully, so
-    ``P`` replicas merged after every step equal one device on the union of their batches at
-    ``alpha``. Over a sync period a hub changes on every replica, and the sum of ``P`` such
-    changes, each computed from the same anchor, overshoots: it diverges at 4 and 8 replicas on
-    an R-MAT of 2^14 nodes, and with 2 replicas merged every 512 steps or more the dot-product
-    AUC swings from one round to the next while loss per pair and row norms stay healthy
-    (experiments/README.md, "Fewer merges" and "Merge rules on more replicas").
-    ``"touched"``: each row takes the mean of the changes of the replicas that changed it: a
-    row trained on one replica keeps its whole change (as ``"sum"``), a hub trained on all
-    ``P`` takes the mean of their changes (as ``"mean"``), so no row's merged step is ``P``
-    steps computed from one stale value; it stays healthy where ``"sum"`` diverges.
-
-    ``tests/embed/test_skipgram.py`` checks the mean and sum identities on several mesh sizes,
-    a replica simulation for longer sync periods, and the ``"touched"`` rule row by row.
+    ``"mean"`` (FeLoG, DistGER): model averaging; with a merge after every step, ``P`` devices at
+    ``alpha`` equal one device on the union of their batches at ``alpha / P``.
+    ``"sum"``: every replica's update counts fully (one device at ``alpha``), but the sum of
+    ``P`` changes of a hub computed from the same anchor overshoots over long sync periods
+    (experiments/README.md, "Fewer merges").
+    ``"touched"``: each row takes the mean change of the replicas that changed it, as ``"sum"``
+    for a row trained on one replica and as ``"mean"`` for a hub trained on all ``P``.
     """
     anchors = (None, None) if anchor is None else anchor
     if input_rows is None:
-        new = Tables(
-            *(
-                merge_block(t, a, merge, axis_name=axis_name)
-                for t, a in zip(tables, anchors, strict=True)
-            )
-        )
+        pairs = zip(tables, anchors, strict=True)
+        new = Tables(*(merge_block(t, a, merge, axis_name=axis_name) for t, a in pairs))
         return (new, anchor) if merge == "mean" else (new, new)
     a0 = None if anchor is None else anchor.syn0[input_rows]
     rows = merge_block(tables.syn0[input_rows], a0, merge, axis_name=axis_name)  # f32[C, d]
@@ -135,15 +100,34 @@ def merge_rows(
     return new, Tables(anchor.syn0.at[input_rows].set(rows), syn1)
 
 
+SYNC_TYPES: dict[str, type] = {}
+
+
+def register_sync(cls: type) -> type:
+    """Registers a sync rule (a frozen dataclass with a ``key``) under its key: ``--sync
+    <key>`` and a config file's ``[sync.<key>]`` then name it, and a run's config saves it."""
+    SYNC_TYPES[cls.key] = cls
+    return cls
+
+
+def sync_key(sync) -> str:
+    """The registered key of ``sync``'s type; a ValueError for an unregistered rule."""
+    for key, cls in SYNC_TYPES.items():
+        if type(sync) is cls:
+            return key
+    raise ValueError(
+        f"sync rule {type(sync).__name__} is not registered: decorate its class with "
+        "jaxgraph.embed.merge.register_sync so that a config can name it"
+    )
+
+
+@register_sync
 @dataclasses.dataclass(frozen=True)
 class AllSync:
     """Merges every row of ``syn0`` and ``syn1`` (the AllSync baseline of FeLoG §6.6).
 
     The trainer passes the ``syn0`` rows trained since the last merge when it knows them
-    (host-built pairs), and the rest of ``syn0``, unchanged on every replica, is left as it
-    is: the same tables as merging every row, with fewer rows moved (``RoundStats.sync_rows``
-    counts those merged). With one replica the trainer skips the periodic merges (the merge of
-    one replica is the identity).
+    (host-built pairs): the same tables as merging every row, with fewer rows moved.
 
     Attributes:
       merge: ``"mean"`` (default; averaging all rows, as FeLoG / DistGER), ``"sum"`` (adds
@@ -151,6 +135,8 @@ class AllSync:
     """
 
     merge: Merge = "mean"
+
+    key: ClassVar[str] = "all"
 
     def __post_init__(self):
         check_merge(self.merge)

@@ -4,39 +4,17 @@
 
 * ``felog``: FeeST (FeLoG §5.1). Round 0 starts ``walks_per_node`` walks from every node with an
   out-edge; after each round the active set keeps the nodes whose neighbourhood consistency is
-  still below ``mu`` (:mod:`jaxgraph.embed.feedback`). The loop stops when the active set is
-  empty, after ``rounds`` rounds, or (option) by the stop-ratio rule.
-* ``deepwalk`` / ``node2vec``: the baselines without feedback: ``rounds`` rounds from all nodes,
-  with the same walker, the same trainer and the same learning-rate schedule, so the effect of
-  the feedback is compared on equal terms.
+  still below ``mu`` (:mod:`jaxgraph.embed.feedback`), until it is empty, ``rounds`` rounds
+  have run, or (option) the stop-ratio rule fires.
+* ``deepwalk`` / ``node2vec``: ``rounds`` rounds from all nodes, with the same walker, trainer
+  and learning-rate schedule, so the effect of the feedback is compared on equal terms.
 
-Defaults come in named presets (:func:`preset`, :data:`PRESETS` says what each sets):
-``"published"``, :class:`EmbedConfig`'s own (DeepWalk's published settings with the row cap
-and interleaving of :class:`SkipGramConfig`), ``"word2vec"`` (the same with word2vec's
-update), ``"cpu"`` (:func:`cpu_config`) and ``"gpu"`` (:func:`gpu_config`).
-
-Per round the log records the active-set size, walks, tokens, pairs trained, the loss per
-pair, the largest row norm (both checked against their healthy range,
-:mod:`jaxgraph.embed.health`) and the time of each phase; the programs are compiled before the
-first round and their compile time is reported apart.
-
-CPU-sized run (BlogCatalog; its time per round: experiments/README.md, "Random walks and
-embeddings")::
-
-    jaxgraph embed --dataset blogcatalog --method felog --preset cpu --out runs/blog_felog
-
-A config file describes a whole run, the graph (``[data]``, a
-:class:`~jaxgraph.data.DataConfig`) and the device count (``parts``) included (``jaxgraph
-embed --config run.toml``, or ``embed(load_embed_config("run.toml"))``)::
-
-    method = "deepwalk"
-    rounds = 4
-    parts = 2
-    [data]
-    name = "sbm"  # or graph = "edges.txt" with directed = false
-    num_nodes = 2000
-    [walk]
-    walk_length = 40
+Defaults come in named presets (:func:`jaxgraph.embed.job.preset`): ``"published"``
+(:class:`EmbedConfig`'s own), ``"word2vec"``, ``"cpu"`` (:func:`cpu_config`) and ``"gpu"``
+(:func:`gpu_config`). A config file describes a whole run, the graph (``[data]``, a
+:class:`~jaxgraph.data.DataConfig`) and the device count (``parts``) included (``jaxgraph embed
+--config run.toml``, or ``embed(load_embed_config("run.toml"))``; an example:
+``experiments/configs/embed/astroph_felog.toml``).
 """
 
 from __future__ import annotations
@@ -51,6 +29,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+import jaxgraph.embed.sync  # noqa: F401  (registers HotspotSync and RandomSync)
 from jaxgraph.atomic import atomic_write_bytes, atomic_write_text
 from jaxgraph.configfile import check_int, from_dict, read_config_file
 from jaxgraph.data.source import DataConfig, load_graph
@@ -58,12 +37,11 @@ from jaxgraph.embed.checkpoints import latest_state
 from jaxgraph.embed.codec import FabcConfig, WalkCodec
 from jaxgraph.embed.feedback import FeedbackConfig, initial_active_set
 from jaxgraph.embed.health import HealthCheck
-from jaxgraph.embed.merge import AllSync, TableSync
+from jaxgraph.embed.merge import SYNC_TYPES, TableSync, sync_key
 from jaxgraph.embed.pipeline import PipelineConfig, Span
 from jaxgraph.embed.rounds import RoundLog, RoundRunner, run_rounds
 from jaxgraph.embed.sgns import SkipGramConfig
 from jaxgraph.embed.skipgram import SkipGramTrainer
-from jaxgraph.embed.sync import HotspotSync, RandomSync
 from jaxgraph.embed.walks import WalkConfig, out_csr
 from jaxgraph.graph import Graph
 
@@ -145,21 +123,15 @@ class EmbedConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in d.items()}
         if self.sync is not None:
-            kind = next(k for k, cls in SYNC_TYPES.items() if type(self.sync) is cls)
-            out["sync"] = {kind: dataclasses.asdict(self.sync)}
+            out["sync"] = {sync_key(self.sync): dataclasses.asdict(self.sync)}
         return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EmbedConfig:
-        """An :class:`EmbedConfig` from tables: ``method``, ``rounds``, ``seed``; sections
-        ``walk``, ``sgns``, ``feedback``, ``health``, ``data`` (the graph) and ``parts``;
-        ``compress`` and ``pipeline`` (present:
-        FaBC on / the given schedule); ``sync`` as ``{"hotspot" | "random" | "all": fields}``.
-        Fields left out keep :class:`EmbedConfig`'s defaults (DeepWalk's published settings).
-
-        Raises:
-          ValueError: an unknown key or a value out of range (the message names the key).
-        """
+        """An :class:`EmbedConfig` from tables as :meth:`to_dict` writes them (``compress`` and
+        ``pipeline`` present: FaBC on / the given schedule; ``sync`` as ``{"hotspot" | "random"
+        | "all": fields}``); fields left out keep the defaults (DeepWalk's published settings).
+        An unknown key or a value out of range raises ``ValueError`` naming the key."""
         convert = {
             "compress": lambda v, where: _optional(FabcConfig, v, where),
             "pipeline": lambda v, where: _optional(PipelineConfig, v, where),
@@ -175,12 +147,9 @@ class EmbedConfig:
 
 def load_embed_config(path: str | Path) -> EmbedConfig:
     """Reads an :class:`EmbedConfig` from a ``.json`` or ``.toml`` file
-    (:meth:`EmbedConfig.from_dict`); ``experiments/configs/astroph_felog.toml`` is an example.
-
-    Raises:
-      ValueError: the file is unreadable or malformed, or a key is unknown or out of range (the
-        message names the file and the key).
-    """
+    (:meth:`EmbedConfig.from_dict`; e.g. ``experiments/configs/embed/astroph_felog.toml``).
+    An unreadable or malformed file, or an unknown or out-of-range key, raises ``ValueError``
+    naming the file and the key."""
     d = read_config_file(path)
     try:
         return EmbedConfig.from_dict(d)
@@ -192,20 +161,16 @@ def _optional(cls, value, where: str):
     return None if value is None else from_dict(cls, value, where)
 
 
-SYNC_TYPES: dict[str, type] = {"all": AllSync, "hotspot": HotspotSync, "random": RandomSync}
-
-
 def _sync_from_dict(value, where: str):
-    types = SYNC_TYPES
     if value is None:
         return None
-    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in types:
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in SYNC_TYPES:
         raise ValueError(
-            f"{where} must be a table with one of the sections {sorted(types)} "
+            f"{where} must be a table with one of the sections {sorted(SYNC_TYPES)} "
             f"(e.g. [sync.hotspot]), got {value!r}"
         )
     ((kind, fields),) = value.items()
-    return from_dict(types[kind], fields or {}, f"{where}.{kind}")
+    return from_dict(SYNC_TYPES[kind], fields or {}, f"{where}.{kind}")
 
 
 def walk_kind(method: Method) -> str:
@@ -233,15 +198,9 @@ def cpu_config(method: Method = "felog", **changes) -> EmbedConfig:
 
 def gpu_config(method: Method = "felog", **changes) -> EmbedConfig:
     """The published settings with accelerator-sized steps: 16,384 pairs per device per step,
-    negatives shared by groups of 8 pairs, and a row cap of 16.
-
-    The row cap counts a row's updates within one step, so at 16 times the default batch a
-    frequent row's count is about 16 times larger and the default cap of 4 damps it about 16
-    times more. Of the caps tried at this batch (4, 16, 64, none), 16 is the one that keeps
-    BlogCatalog's Micro-F1 and ca-AstroPh's AUC at gensim's level or above; without a cap the
-    row norms run away, and no cap lifts an R-MAT's cosine AUC to gensim's at this batch
-    (experiments/README.md, "Large batches").
-    """
+    negatives shared by groups of 8 pairs, and a row cap of 16 (at 16 times the default batch a
+    frequent row's count per step is about 16 times larger; experiments/README.md, "Large
+    batches")."""
     cfg = published_config(method)
     sgns = dataclasses.replace(cfg.sgns, batch_size=16384, shared_negatives=8, row_cap=16)
     return cfg.replace(sgns=sgns).replace(**changes)
@@ -286,6 +245,7 @@ class EmbedResult:
         return sum(r.pairs for r in self.rounds)
 
     def summary(self) -> dict[str, Any]:
+        rounds = self.rounds
         return {
             "rounds": len(self.rounds),
             "stop_reason": self.stop_reason,
@@ -295,9 +255,7 @@ class EmbedResult:
             "tokens": self.tokens,
             "pairs": self.pairs,
             "pairs_per_s": self.pairs / max(sum(r.seconds_train for r in self.rounds), 1e-9),
-            "host_to_device_bytes": sum(
-                r.walk_bytes_sent + r.train_input_bytes for r in self.rounds
-            ),
+            "host_to_device_bytes": sum(r.walk_bytes_sent + r.train_input_bytes for r in rounds),
         }
 
 
@@ -311,26 +269,18 @@ def embed(
     checkpoint_dir: str | Path | None = None,
     stop=None,
 ) -> EmbedResult:
-    """Trains node embeddings with ``config.method`` (see the module docstring).
-
-    The rounds run on the schedule of ``config.pipeline`` (:mod:`jaxgraph.embed.pipeline`).
+    """Trains node embeddings with ``config.method`` (see the module docstring), on the
+    schedule of ``config.pipeline`` (:mod:`jaxgraph.embed.pipeline`).
 
     Args:
-      config: :class:`EmbedConfig`.
-      graph: the graph (walks follow out-edges); ``None`` loads ``config.data``
-        (:func:`jaxgraph.data.load_graph`).
-      mesh: a 1-D mesh of ``config.parts`` devices; every device trains on its share of the
-        walks. ``None``: the first ``config.parts`` devices.
+      graph: walks follow out-edges; ``None`` loads ``config.data``.
+      mesh: a 1-D mesh of ``config.parts`` devices (``None``: the first ``config.parts``).
       log: optional callable receiving each :class:`RoundLog` as it completes.
-      snapshot_rounds: rounds after which to keep a copy of the input vectors (to measure
-        quality against time; the copies are not timed).
+      snapshot_rounds: rounds after which to keep a copy of the input vectors (not timed).
       checkpoint_dir: write each round's corpus and train state there; a directory holding
         state checkpoints of the same run is resumed after its last complete round.
       stop: an optional ``threading.Event``; setting it stops the run
         (:class:`~jaxgraph.embed.pipeline.PipelineStopped`).
-
-    Returns:
-      :class:`EmbedResult`.
 
     Raises:
       ValueError: the graph has no edge (no walk can train anything), or ``mesh`` does not
@@ -365,13 +315,9 @@ def embed(
     sgns = config.sgns
     if sgns.lr_schedule == "global" and sgns.schedule_rounds is None:
         sgns = dataclasses.replace(sgns, schedule_rounds=config.rounds)
+    degrees = np.diff(csr[0]).astype(np.int64)
     trainer = SkipGramTrainer(
-        graph.num_nodes,
-        sgns,
-        mesh,
-        seed=config.seed,
-        degrees=np.diff(csr[0]).astype(np.int64),
-        sync=config.sync,
+        graph.num_nodes, sgns, mesh, seed=config.seed, degrees=degrees, sync=config.sync
     )
     codec = None
     if config.compress is not None:
@@ -409,9 +355,6 @@ def embed(
         elapsed=elapsed,
         trace=runner.spans,
     )
-
-
-# ---------------------------------------------------------------------- files
 
 
 def save_npy(path: str | Path, array: np.ndarray) -> None:

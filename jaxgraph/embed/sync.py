@@ -1,34 +1,21 @@
 """Selective table synchronization: hotspot-aware (HaSyn, FeLoG §5.2.3) and a random baseline.
 
-The data-parallel trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) keeps one replica
-of ``syn0`` and ``syn1`` per device and merges them every ``sync_every`` steps with a
-:class:`~jaxgraph.embed.merge.TableSync`. :class:`~jaxgraph.embed.merge.AllSync` merges
-every row; the syncs here merge a few rows chosen on the host before each sync, to move fewer
-bytes than AllSync at about its quality:
+Where :class:`~jaxgraph.embed.merge.AllSync` merges every row of the replicas, these syncs
+(:class:`~jaxgraph.embed.merge.TableSync`) merge a few rows chosen on the host before each sync:
 
 * :class:`HotspotSync` (HaSyn). Hotness is the number of **real updates** a node's rows have
-  received (``SkipGramTrainer.update_counts``), over the whole run (``counts="total"``, the
-  seed's frequencies "observed in the training data"), the current round (``"round"``) or since
-  the row was last merged (``"pending"``); the public FeLoG code used the degree instead. Nodes
+  received (``SkipGramTrainer.update_counts``; the public FeLoG code used the degree). Nodes
   are cut into blocks ``B_f = {v : f(v) = f}`` of equal count and one node is drawn uniformly
-  from every block, **the last block included** (DistGER skips it): ``|F|`` rows, one per
-  distinct count, so a node of ``B_f`` is synced with probability ``1 / |B_f|``. With
-  ``num_rows = M`` the ``M`` hottest nodes instead (:func:`select_hottest`).
+  from every block, **the last block included** (DistGER skips it), so a node of ``B_f`` is
+  synced with probability ``1 / |B_f|``. With ``num_rows = M``: the ``M`` hottest nodes
+  (:func:`select_hottest`).
 * :class:`RandomSync`: the same number of rows (or a fixed number), drawn uniformly without
   replacement; the seed's baseline "under the same synchronization size".
 
-Which to use: on ca-AstroPh the seed's rule (the defaults) trails RandomSync of the same size,
-and ``counts="pending", num_rows=1280`` moves fewer bytes and leads it (experiments/README.md,
-"FeLoG system"; ``experiments/hasyn_sweep.py``).
-
-Both sync **both tables** (the public code synced ``syn0`` only) and, every ``full_every``-th
-periodic sync, all rows (a full merge), so that no row's replicas stay apart for more than
-``full_every`` sync periods; the trainer also merges everything at the end of each round, so
-checkpoints taken between rounds need no extra state. The rows are drawn on the host, keyed by
-``(trainer seed, sync index)``, so every replica and process merges the same rows
-(:meth:`HotspotSync.plan`), and merged by :func:`merge_selected_rows` under ``shard_map``;
-:class:`SyncPlan` reports the rows the collective moves and :func:`sync_bytes` converts them to
-bytes.
+Both sync **both tables** (the public code synced ``syn0`` only) and every ``full_every``-th
+periodic sync merges all rows. The rows are drawn on the host, keyed by ``(trainer seed, sync
+index)``, so every replica and process merges the same rows (:meth:`HotspotSync.plan`), then
+merged by :func:`merge_selected_rows` (experiments/README.md, "FeLoG system", compares them).
 """
 
 from __future__ import annotations
@@ -36,12 +23,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Literal, NamedTuple, get_args
+from typing import ClassVar, Literal, NamedTuple, get_args
 
 import jax
 import numpy as np
 
-from jaxgraph.embed.merge import PlannedSync, merge_block
+from jaxgraph.embed.merge import PlannedSync, merge_block, register_sync
 from jaxgraph.embed.sgns import Merge, Tables, check_merge
 from jaxgraph.embed.sizes import padded_size
 from jaxgraph.options import flag
@@ -72,12 +59,9 @@ def sync_bytes(rows: int, dim: int, itemsize: int = 4) -> int:
 
 
 def hotspot_blocks(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes sorted by count (descending, ties by id) and the start of every equal-count block.
-
-    Returns:
-      ``(order int64[N], starts int64[|F| + 1])``: block ``b`` is
-      ``order[starts[b]:starts[b + 1]]``, all with the same count; ``starts[-1] = N``.
-    """
+    """Nodes sorted by count (descending, ties by id) and the start of every equal-count block:
+    ``(order int64[N], starts int64[|F| + 1])``, block ``b`` is ``order[starts[b]:starts[b + 1]]``
+    and ``starts[-1] = N``."""
     counts = np.asarray(counts)
     order = np.lexsort((np.arange(counts.size), -counts))
     sorted_counts = counts[order]
@@ -86,11 +70,8 @@ def hotspot_blocks(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def select_hotspots(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One node drawn uniformly from every equal-count block, hottest block first.
-
-    Returns:
-      ``int32[|F|]``, ``|F|`` the number of distinct counts (empty for ``N = 0``).
-    """
+    """One node drawn uniformly from every equal-count block, hottest block first:
+    ``int32[|F|]``, ``|F|`` the number of distinct counts."""
     order, starts = hotspot_blocks(counts)
     if order.size == 0:
         return np.zeros(0, np.int32)
@@ -100,11 +81,8 @@ def select_hotspots(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def select_hottest(counts: np.ndarray, num_rows: int, rng: np.random.Generator) -> np.ndarray:
-    """The ``num_rows`` nodes of largest count; among equal counts at the cut, a uniform draw.
-
-    Returns:
-      ``int32[min(num_rows, N)]``, sorted ids.
-    """
+    """The ``num_rows`` nodes of largest count (among equal counts at the cut, a uniform draw),
+    as sorted ids ``int32[min(num_rows, N)]``."""
     counts = np.asarray(counts)
     order = np.lexsort((rng.random(counts.size), -counts))
     return np.sort(order[:num_rows]).astype(np.int32)
@@ -115,6 +93,8 @@ def _rng(seed: int, sync_index: int) -> np.random.Generator:
 
 
 def _plan(index: np.ndarray, num_nodes: int) -> SyncPlan:
+    """``index`` padded to its size class (:func:`~jaxgraph.embed.sizes.padded_size`, which
+    bounds recompilations) by repeating its first entry; a full merge once that reaches ``N``."""
     cap = padded_size(index.size) if index.size else num_nodes
     if cap >= num_nodes:
         return SyncPlan(None, num_nodes, 2 * num_nodes)
@@ -126,19 +106,9 @@ def _plan(index: np.ndarray, num_nodes: int) -> SyncPlan:
 def merge_selected_rows(
     tables: Tables, anchor: Tables | None, index: jax.Array, merge: Merge, *, axis_name: str
 ) -> tuple[Tables, Tables | None]:
-    """Merges rows ``index`` of both tables across ``axis_name``; other rows are unchanged.
-
-    Each rule as :func:`jaxgraph.embed.merge.merge_block` on the gathered rows, e.g.
-    ``"mean"``: ``t[index] <- pmean(t[index])``, ``"sum"``: ``t[index] <- a[index] +
-    psum(t[index] - a[index])``, ``"touched"`` divided per row by the replicas that changed it,
-    and the anchor rows likewise; unselected rows are not touched.
-
-    To bound recompilations the plan pads the index array to ``C``: ``|F|`` rounded up to a
-    multiple of ``next_pow2(|F|) / 16`` (fewer than ``|F| / 8`` extra rows; at most 16 sizes per
-    octave), by repeating its first entry (a repeated row is merged and written twice with the
-    same value). The collective moves ``C`` rows per table, and :class:`SyncPlan` reports exactly
-    those ``2C`` rows. A selection of all ``N`` rows, or one whose padded size reaches ``N``, is a
-    full merge.
+    """Merges rows ``index`` of both tables across ``axis_name`` by
+    :func:`jaxgraph.embed.merge.merge_block` (the anchor rows likewise); other rows are unchanged.
+    A repeated index (the plan's padding) is merged and written twice with the same value.
 
     Shapes (per device):
       ``Tables(f32[N, d], f32[N, d])``, the anchor the same (or None), ``index: int32[C]``
@@ -149,11 +119,8 @@ def merge_selected_rows(
         merge_block(t[index], None if a is None else a[index], merge, axis_name=axis_name)
         for t, a in zip(tables, anchors, strict=True)
     ]  # f32[C, d] each
-    new = Tables(*(t.at[index].set(m) for t, m in zip(tables, merged, strict=True)))
-    if merge == "mean":
-        return new, anchor
-    new_anchor = Tables(*(a.at[index].set(m) for a, m in zip(anchor, merged, strict=True)))
-    return new, new_anchor
+    put = lambda ts: Tables(*(t.at[index].set(m) for t, m in zip(ts, merged, strict=True)))
+    return (put(tables), anchor) if merge == "mean" else (put(tables), put(anchor))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,35 +180,20 @@ class _SelectiveSync(PlannedSync):
         pending_counts: np.ndarray | None = None,
     ) -> SyncPlan:
         """The rows of periodic sync number ``sync_index`` (host side; deterministic in its
-        arguments).
-
-        **Same selection everywhere.** The rows are drawn from a generator keyed by ``(seed,
-        sync_index)`` and passed to the device program as one replicated index array, so every
-        replica merges the same rows. In a multi-process run every process holds the same
-        counts (each builds the same pairs on the host; device-built pairs are counted on the
-        devices and summed into a replicated array), so the keyed draws agree.
+        arguments, which every process holds alike, so every replica merges the same rows).
 
         Args:
-          update_counts: ``int64[N]`` updates per node in the run so far
-            (``SkipGramTrainer.update_counts``).
-          round_update_counts: ``int64[N]`` the same in the current round.
+          update_counts, round_update_counts, pending_counts: ``int64[N]`` updates per node in
+            the run, in the round and since each row's last merge (``"pending"`` needs it).
           sync_index: periodic syncs before this one (0-based, over the whole run).
           seed: the trainer's seed; with ``sync_index`` it keys the draw.
-          pending_counts: ``int64[N]`` updates since each row's last merge; needed for
-            ``counts="pending"``.
-
-        Raises:
-          ValueError: ``counts="pending"`` without ``pending_counts``.
         """
         if self.counts == "pending" and pending_counts is None:
             raise ValueError(
                 "counts='pending' needs pending_counts (updates since each row's last merge)"
             )
-        counts = np.asarray(
-            {"total": update_counts, "round": round_update_counts, "pending": pending_counts}[
-                self.counts
-            ]
-        )
+        by = {"total": update_counts, "round": round_update_counts, "pending": pending_counts}
+        counts = np.asarray(by[self.counts])
         n = int(counts.shape[0])
         if self.is_full(sync_index):
             return SyncPlan(None, n, 2 * n)
@@ -255,20 +207,14 @@ class _SelectiveSync(PlannedSync):
         return 2 * num_nodes
 
 
+@register_sync
 @dataclasses.dataclass(frozen=True)
 class HotspotSync(_SelectiveSync):
     """HaSyn: one node per block of equal update count, both tables (see the module docstring).
 
-    Hotness counts, per node, one update per trained pair in which it is the input row of
-    ``syn0`` and one per pair in which it is the positive output row of ``syn1`` (negatives are
-    drawn on the device and not counted). ``"round"`` counts since the last full merge (fewer
-    distinct values, so fewer rows); ``"pending"`` counts since the row was last merged, i.e. how
-    far its replicas can have drifted apart: the trainer keeps the round's counts minus, per
-    row, their value at its last merge, and a full merge (the round-end merge included) resets
-    every row. Nodes are sorted by count (descending; ties by id) before they are cut into
-    blocks: the hot nodes, whose counts are nearly unique, are synced almost every time; the
-    cold ones, which share counts, rarely. With ``num_rows`` the ties at the cut are drawn
-    uniformly, a fixed budget per sync.
+    Hotness counts one update per trained pair in which the node is the input row of ``syn0``
+    or the positive output row of ``syn1``; the hot nodes, with nearly unique counts, are synced
+    almost every time, the cold ones rarely.
 
     Attributes:
       merge: ``"mean"`` (averaging, as FeLoG), ``"sum"`` or ``"touched"`` (see
@@ -281,6 +227,8 @@ class HotspotSync(_SelectiveSync):
         ``M`` hottest nodes; a float in (0, 1]: that share of the nodes, the hottest.
     """
 
+    key: ClassVar[str] = "hotspot"
+
     def select(self, update_counts, rng):
         budget = self.budget(update_counts.shape[0])
         if budget is None:
@@ -288,6 +236,7 @@ class HotspotSync(_SelectiveSync):
         return select_hottest(update_counts, budget, rng)
 
 
+@register_sync
 @dataclasses.dataclass(frozen=True)
 class RandomSync(_SelectiveSync):
     """RandomSync: rows drawn uniformly without replacement.
@@ -298,6 +247,8 @@ class RandomSync(_SelectiveSync):
         :class:`HotspotSync` would pick from the same counts (the number of distinct update
         counts).
     """
+
+    key: ClassVar[str] = "random"
 
     def select(self, update_counts, rng):
         n = update_counts.shape[0]

@@ -1,27 +1,16 @@
-"""Bucket layouts of the quantized ring exchange: host planning from the halo plan and a bit
-assignment (:mod:`jaxgraph.comm.quantized` runs the exchange on them).
+"""Bucket layouts of the quantized ring exchange, planned on the host from the halo plan and a
+bit assignment (:mod:`jaxgraph.comm.quantized` runs the exchange on them).
 
-**Slots.** Round ``r`` of the ring carries, from each device ``d`` to ``(d + r) mod P``, the
-``S_r`` rows listed in ``HaloPlan.send_idx[r-1][d]``; a *slot* is a position ``s`` in that list.
-A :class:`BitAssignment` gives every real slot a forward and a backward bit-width, indexed by the
-forward sender ``d`` and the slot: ``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]``.
+**Slots.** Round ``r`` carries, from device ``d`` to ``(d + r) mod P``, the ``S_r`` rows of
+``HaloPlan.send_idx[r-1][d]``; a *slot* is a position ``s`` in that list. A
+:class:`BitAssignment` gives every real slot a forward and a backward bit-width,
+``fwd[l][r-1][d, s]`` and ``bwd[l][r-1][d, s]`` (``d``: the forward sender).
 
-**Buckets.** Per layer, direction, round and bit-width the slots of that width form one bucket,
-in ascending slot order (the wire order of the reference implementation: buckets by ascending
-width, rows in send-list order). A bucket travels as its packed codes and its ``(scale, lo)``
-parameters (fp32, or bfloat16: ``param_dtype`` of :func:`bucket_state`).
+**Buckets.** Per layer, direction, round and width, the slots of that width in ascending order
+(the reference wire order: buckets by ascending width, rows in send-list order). A bucket
+travels as its packed codes and its ``(scale, lo)`` parameters (``param_dtype``).
 
-**Layout.** Per layer and direction an :class:`ExchangeLayout` in ``comm_state`` (leading axis
-``P``) holds, per width, the rows every device gathers for all rounds at once, where the
-received rows go, and the real bucket sizes of what each device sends and receives. Each width
-is gathered and quantized once, each round's buckets travel as one byte buffer (one
-``ppermute`` per round), and one gather places the received rows in the halo (see
-:mod:`jaxgraph.comm.quantized`). In an *exact* layout the padded bucket sizes and the buffer
-lengths are static fields, so a new assignment with new sizes re-jits the step (compiled steps
-are cached by structure and shape). A *chunked* layout (:func:`bucket_state` with ``chunks``)
-gives every width room for every slot and sends each round's buffer as a few gated chunks, as
-many as the round's largest sender fills: its static fields depend on the plan only, so one
-compiled step serves every assignment.
+**Layout.** Per layer and direction, an :class:`ExchangeLayout` (exact or chunked).
 """
 
 from __future__ import annotations
@@ -29,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -44,10 +34,9 @@ class BitAssignment:
     """Bit-widths of every halo message, per layer, direction, round and slot.
 
     Attributes:
-      fwd, bwd: per layer ``l``, per round ``r = 1..P-1``, ``int8[P, S_r]``: the width of the
-        row that device ``d`` sends in slot ``s`` of round ``r`` (forward), and of the gradient
-        row that travels back for that slot (backward). Values in ``{2, 4, 8, 32}``; slots that
-        hold no row (``send_mask`` false) are ignored.
+      fwd, bwd: per layer, per round ``r = 1..P-1``, ``int8[P, S_r]``: the width of the row
+        device ``d`` sends in slot ``s`` (forward), and of the gradient row sent back for it
+        (backward), in ``{2, 4, 8, 32}``; slots without a row are ignored.
     """
 
     fwd: tuple[tuple[np.ndarray, ...], ...]
@@ -98,6 +87,10 @@ class BitAssignment:
         return out
 
 
+# An assignment is a pytree of its widths (a controller gathers or broadcasts one whole).
+jax.tree_util.register_dataclass(BitAssignment, data_fields=["fwd", "bwd"], meta_fields=[])
+
+
 def check_width(bits: int) -> None:
     if bits not in WIDTHS:
         raise ValueError(f"bit-width must be one of {WIDTHS}, got {bits}")
@@ -115,21 +108,13 @@ def check_widths(widths: Sequence[int]) -> tuple[int, ...]:
     return out
 
 
-# ---------------------------------------------------------------------- host: buckets
-
-
 def _round_buckets(
     bits: np.ndarray, mask: np.ndarray, r: int, backward: bool, capacity=None
 ) -> dict:
-    """Bucket slots of one round, one direction (host side).
-
-    Returns ``{w: {"send": int32[P, C], "recv": int32[P, C]}}`` for each width ``w`` present,
-    in ascending order: ``send[d]`` are the slots device ``d`` sends, ``recv[d]`` the slots the
-    rows it receives fill, both ``-1`` past the device's own count (``C`` is the largest count
-    over the senders: ``ppermute`` moves the same shape everywhere). With ``capacity`` (a set
-    of widths) every one of those widths has a bucket, of ``C = S_r`` (room for every slot),
-    whatever the assignment: the shapes then depend on the plan only.
-    """
+    """Bucket slots of one round, one direction: ``{w: {"send": int32[P, C], "recv": int32[P,
+    C]}}`` for each width ``w`` present, ascending: the slots device ``d`` sends and those its
+    received rows fill, ``-1`` past its own count (``C``: the largest count). With
+    ``capacity`` (a set of widths) each of them has a bucket of ``C = S_r``."""
     num_parts = bits.shape[0]
     if capacity is not None:
         used = {int(w) for w in np.unique(bits[mask])}
@@ -179,41 +164,28 @@ _PAD = np.iinfo(np.int32).max  # an index past every array: gathers fill 0, scat
 class ExchangeLayout:
     """Device-side index arrays of one quantized exchange (one layer, one direction).
 
-    The rows of each width, from all rounds, are gathered into one block and quantized once;
-    within the block, round ``r``'s bucket of ``C`` rows is padded to a multiple of
-    ``k = 8 / b`` so that no byte mixes two rounds. The receiver dequantizes each width's block
-    and concatenates the widths in ascending order: ``M`` rows in all.
+    The rows of each width, from all rounds, form one block quantized once; round ``r``'s
+    bucket of ``C`` rows is padded to a multiple of ``k = 8 / b`` so that no byte mixes two
+    rounds. The receiver concatenates the dequantized blocks by ascending width: ``M`` rows.
 
     Attributes:
       rows: ``{"b{w}": int32[P, N_w]}``: the rows each device gathers for width ``w`` (forward:
-        local rows; backward: halo rows of the gradient), round by round; padding is ``_PAD``.
-      place: forward ``int32[P, H]``: for each halo slot, its row among the ``M`` received
-        rows (``_PAD`` for slots that hold no row). Backward ``int32[P, M]``: for each received
-        gradient row, the local row it adds into (``_PAD``: padding, dropped).
-      sent, got: ``int32[P, Q]``: per bucket ``q`` (rounds in order, widths ascending within a
-        round, as in ``counts``), the real rows each device sends in it and receives in it;
-        they place the buckets in each device's buffer.
-      counts: static: per round, ``((w, C), ...)``, the widths present and their bucket sizes
-        (``C``: the largest over the senders).
+        local rows; backward: halo rows of the gradient), round by round (padding: ``_PAD``).
+      place: forward ``int32[P, H]``: each halo slot's row among the ``M`` received rows.
+        Backward ``int32[P, M]``: the local row each received gradient row adds into.
+      sent, got: ``int32[P, Q]``: per bucket ``q`` (in ``counts`` order), the real rows each
+        device sends and receives in it.
+      counts: static: per round, ``((w, C), ...)``, the widths present and their bucket sizes.
       round_rows: static: ``(S_1, ..., S_{P-1})``.
       round_bytes: static: per round, the distinct ``(a, b)`` such that a sender's bytes are
-        ``a * D + b`` for rows of width ``D`` (the layout serves any ``D``); the round's buffer
-        is the largest of them (:func:`round_buffer_bytes`). In a chunked layout, one pair: the
-        capacity of the round (every slot at the widest width).
-      param_bytes: static: the bytes of a quantized row's ``(scale, lo)`` on the wire: ``8``
-        (fp32) or ``4`` (bfloat16; :data:`PARAM_BYTES`).
-      chunks: static: ``0`` for an exact layout, whose bucket sizes and buffer lengths are
-        those of one assignment. ``J >= 1`` for a *chunked* layout: every width of the layout
-        has a bucket with room for every slot of the round (``C = S_r``), the round's buffer
-        is its capacity, and only its first ``n * u`` bytes travel (``u`` = capacity /
-        ``2^J``, ``n`` the units of the round's largest sender, agreed on by a ``pmax``), as
-        ``ppermute`` s of ``2^j u`` bytes for the set bits ``j`` of ``n``, each under a
-        ``lax.cond``. Its static fields depend on the plan only, so one compiled step serves
-        every assignment (see :func:`bucket_state`).
-
-    ``counts``, ``round_bytes`` and ``chunks`` are part of the pytree structure: under exact
-    layouts a new assignment with new sizes compiles a new step (compiled steps are cached by
-    structure and shapes); chunked layouts of one plan share one structure.
+        ``a * D + b`` for rows of width ``D``; the round's buffer is the largest of them. In a
+        chunked layout, one pair: the round's capacity (every slot at the widest width).
+      param_bytes: static: the bytes of a quantized row's ``(scale, lo)`` (:data:`PARAM_BYTES`).
+      chunks: static: ``0`` for an exact layout, sized for one assignment (new sizes compile a
+        new step). ``J >= 1`` for a *chunked* layout, whose static fields depend on the plan
+        only: every width has a bucket of ``C = S_r``, and only the first ``n * u`` bytes of a
+        round's buffer travel (``u`` = capacity / ``2^J``, ``n`` the largest sender's units),
+        as ``ppermute`` s of ``2^j u`` bytes for the set bits ``j`` of ``n``, each gated.
     """
 
     rows: dict
@@ -236,6 +208,15 @@ jax.tree_util.register_dataclass(
     data_fields=["rows", "place", "sent", "got"],
     meta_fields=["counts", "round_rows", "round_bytes", "chunks", "param_bytes"],
 )
+
+
+class Layouts(NamedTuple):
+    """The layouts of a quantized exchange: per layer, an :class:`ExchangeLayout` for the
+    forward rows (``fwd``) and one for the gradient rows sent back (``bwd``)."""
+
+    fwd: tuple[ExchangeLayout, ...]
+    bwd: tuple[ExchangeLayout, ...]
+
 
 # The precisions a quantized row's (scale, lo) may travel in, and their bytes per row.
 PARAM_BYTES = {"float32": 8, "bfloat16": 4}
@@ -321,8 +302,7 @@ def _layout(
 
 def _capacity(rb: dict, rows: int, param_bytes: int) -> tuple[int, int]:
     """``(a, b)``: a sender's bytes in a round of ``rows`` slots are at most ``a * D + b``
-    whatever widths (keys of ``rb``) its rows have (a bucket of ``c`` rows packs into
-    ``ceil(c / k) <= c`` code rows)."""
+    whatever widths (keys of ``rb``) its rows have."""
     per_row = [(4, 0) if w == 32 else (1, param_bytes) for w in rb]
     return (
         rows * max((a for a, _ in per_row), default=0),
@@ -332,8 +312,7 @@ def _capacity(rb: dict, rows: int, param_bytes: int) -> tuple[int, int]:
 
 def _bytes_by_dim(rb: dict, sent: list, param_bytes: int) -> tuple[tuple[int, int], ...]:
     """The distinct ``(a, b)`` over the senders of one round, where a sender's bytes are
-    ``a * D + b`` (packed code rows times the feature width, plus ``param_bytes`` per
-    quantized row): which sender sends most can depend on ``D``."""
+    ``a * D + b``: which sender sends most can depend on ``D``."""
     per_dev = np.zeros((len(sent[0]) if sent else 0, 2), np.int64)
     for w, counts in zip(rb, sent, strict=True):
         per_dev += np.stack(piece_bytes(counts, 1, w, param_bytes), axis=-1)  # codes scale with D
@@ -347,27 +326,26 @@ def bucket_state(
     chunks: int = 0,
     widths=QUANT_WIDTHS,
     param_dtype: str = "float32",
-) -> dict:
-    """The device-side layout of ``assignment``: ``{"fwd"|"bwd": per layer ExchangeLayout}``
-    (leaves ``int32[P, ...]``).
+) -> Layouts:
+    """The device-side :class:`Layouts` of ``assignment`` (leaves ``int32[P, ...]``).
 
-    ``chunks = 0`` sizes every bucket and round buffer for this assignment (a new assignment
-    compiles a new step). ``chunks = J >= 1`` gives a chunked layout (see
-    :class:`ExchangeLayout`) with a bucket for each of ``widths`` in every round: its
-    structure and shapes are the same for every assignment over ``widths``, at the price of
-    quantizing every slot at each width and of padding each round's transfer to a multiple
-    of ``1 / 2^J`` of its capacity. ``param_dtype`` is the precision of each quantized row's
-    ``(scale, lo)`` on the wire (:data:`PARAM_BYTES`)."""
+    ``chunks = 0``: exact layouts, sized for this assignment. ``chunks = J >= 1``: chunked
+    layouts (:class:`ExchangeLayout`) with a bucket for each of ``widths`` in every round, the
+    same for every assignment over ``widths``, at the price of quantizing every slot at each
+    width and of padding each transfer to a multiple of ``1 / 2^J`` of its capacity.
+    ``param_dtype``: the precision of each row's ``(scale, lo)`` (:data:`PARAM_BYTES`)."""
     check_chunks(chunks)
     param_bytes = PARAM_BYTES[check_param_dtype(param_dtype)]
     capacity = tuple(sorted(widths)) if chunks else None
     buckets = round_buckets(plan, assignment, capacity)
-    return {
-        name: tuple(
-            _layout(plan, layer, name == "bwd", chunks, param_bytes) for layer in buckets[name]
+    return Layouts(
+        *(
+            tuple(
+                _layout(plan, layer, name == "bwd", chunks, param_bytes) for layer in buckets[name]
+            )
+            for name in ("fwd", "bwd")
         )
-        for name in ("fwd", "bwd")
-    }
+    )
 
 
 MAX_CHUNKS = 12
@@ -377,11 +355,9 @@ def default_chunks(backend: str | None = None) -> int:
     """The layout for changing assignments on ``backend`` (default: JAX's): chunked (``6``,
     units of 1/64 of a round's capacity) on CPU, exact (``0``) on accelerators.
 
-    On the emulated CPU mesh compiling a step takes the same cores as training, and many
-    times a period's training time on small graphs, so one program for the whole run wins.
-    On accelerators the chunks' collectives, each inside a conditional, could not overlap the
-    central aggregation outside it, while the step of a known next assignment compiles in a
-    host thread as the devices train (``TrainConfig.compile_ahead``)."""
+    On CPU, compiling competes with training for the same cores, so one program for the run
+    wins; on accelerators the gated chunks could not overlap the central aggregation, and the
+    next assignment's step compiles in a host thread (``TrainConfig.compile_ahead``)."""
     return 6 if (backend or jax.default_backend()) == "cpu" else 0
 
 
@@ -394,9 +370,8 @@ def check_chunks(chunks: int) -> None:
 
 
 def piece_bytes(rows, dim: int, bits: int, param_bytes: int = 8):
-    """``(codes, parameters)``: the bytes of ``rows`` rows of width ``dim`` at ``bits`` on the
-    wire -- packed codes (fp32 rows at 32 bits) and their ``(scale, lo)``, ``param_bytes`` per
-    row (none at 32 bits). ``rows`` may be an int or an integer array (host or device)."""
+    """``(codes, parameters)``: the wire bytes of ``rows`` rows (an int or an integer array) of
+    width ``dim`` at ``bits``: packed codes and ``param_bytes`` per row (at 32 bits: fp32, 0)."""
     if bits == 32:
         return rows * dim * 4, rows * 0
     return -(-rows // codes_per_row_block(bits)) * dim, param_bytes * rows

@@ -277,8 +277,16 @@ def _resume(run: Run, config: TrainConfig, ckpt_dir: Path | None):
     check_same_on_all_processes("the checkpoint to resume from", np.int64(start_epoch))
     if path is None:
         return run.state, 0, _Best()
-    saved = read_leaves(path, ".comm_state")
-    comm = run.controller.resume(epoch=start_epoch, saved=saved)
+    prefix = ".comm_state"  # the controller reads its leaves by their path below comm_state
+    saved = {k.removeprefix(prefix): v for k, v in read_leaves(path, prefix).items()}
+    try:
+        comm = run.controller.resume(epoch=start_epoch, saved=saved)
+    except ValueError as e:
+        raise CheckpointError(
+            f"checkpoint {path} does not match this run's {config.method.label()} state: {e} "
+            "(a checkpoint of another method, or of an earlier jaxgraph whose state had other "
+            "fields)"
+        ) from None
     state = run.trainer.create_state(jax.random.key(config.seed), run.graph.num_features, comm)
     state, header = restore_checkpoint(path, state)
     return state, start_epoch, _Best(**header["best"])

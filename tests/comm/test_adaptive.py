@@ -1,6 +1,7 @@
 """The adaptive (AdaQP) strategy: scores, traces, the channel <-> assignment mapping, the loop."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxgraph.comm.adaptive import AssignConfig, aggregation_scores
+from jaxgraph.comm.adaptive import AssignConfig, Traces, aggregation_scores
 from jaxgraph.comm.adaqp import _bits_from_channels, _channel_rows, _channels
 from jaxgraph.comm.projection import projected_comm_time
 from jaxgraph.comm.qring import quantized_ring_exchange, row_range_variance
@@ -64,7 +65,7 @@ def test_message_weight_is_square_of_sum_or_sum_of_squares(squares):
     traced = [rng.uniform(0.5, 2.0, m.shape) for m in plan.send_mask]
     traces = {"fwd": [traced, traced], "bwd": [None, traced]}
     method = AdaQP(score="squares" if squares else "sum", chunks=0)
-    problems = method.controller(plan, (7, 5)).problems(traces)
+    problems = method.controller(plan, (7, 5)).problems(Traces(**traces))
     sums = aggregation_scores(plan, "gcn")
     sq = aggregation_scores(plan, "gcn", squares=True)
     for r, (beta, t, m) in enumerate(zip(problems["fwd1"][0], traced, plan.send_mask, strict=True)):
@@ -106,7 +107,7 @@ def test_backward_probe_carries_the_range_variance_of_sent_gradient_rows():
         return jax.tree.map(lambda a: a[None], probe_ct)
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(axis),) * 5, out_specs=P(axis)))
-    got = f(x, g, state["fwd"][0], state["bwd"][0], probe)
+    got = f(x, g, state.fwd[0], state.bwd[0], probe)
     offsets = np.cumsum([0, *plan.round_rows])
     for r in range(num_parts - 1):
         rows = g[:, offsets[r] : offsets[r + 1]]  # the halo gradient rows of round r + 1
@@ -171,26 +172,26 @@ def test_step_traces_forward_rows_and_backward_gradient_rows():
     num_parts = 4
     plan, _, trainer, shards, state, dims = _adaptive_trainer(num_parts)
     state, _ = trainer.train_step(state, shards)
-    trace = jax.device_get(state.comm_state["trace"])
+    trace = jax.device_get(state.comm_state.trace)
     src, dst = GRAPH.edges()
     x = GraphShard.from_plan(GRAPH, plan).x
     for r in range(num_parts - 1):
         rows = np.take_along_axis(x, plan.send_idx[r][..., None], axis=1)
         expect = dims[0] / 6 * (rows.max(-1) - rows.min(-1)) ** 2
-        np.testing.assert_allclose(trace["fwd"][0][r], expect, rtol=1e-6)
-        assert np.all(trace["bwd"][0][r] == 0)
+        np.testing.assert_allclose(trace.fwd[0][r], expect, rtol=1e-6)
+        assert np.all(trace.bwd[0][r] == 0)
         held = np.roll(plan.send_mask[r], r + 1, axis=0)  # slots held by the receivers
-        assert np.all(trace["bwd"][1][r][~held] == 0)
+        assert np.all(trace.bwd[1][r][~held] == 0)
         offset = sum(plan.round_rows[:r])
         for e in range(num_parts):
             for slot in np.flatnonzero(held[e]):
                 v = plan.halo_nodes[e, offset + slot]
                 reaches = np.any(GRAPH.train_mask[dst[src == v]] & (plan.parts[dst[src == v]] == e))
-                assert (trace["bwd"][1][r][e, slot] > 0) == reaches
-        assert np.all(trace["fwd"][1][r][plan.send_mask[r]] >= 0)
+                assert (trace.bwd[1][r][e, slot] > 0) == reaches
+        assert np.all(trace.fwd[1][r][plan.send_mask[r]] >= 0)
     state, _ = trainer.train_step(state, shards)
-    trace2 = jax.device_get(state.comm_state["trace"])
-    np.testing.assert_allclose(trace2["fwd"][0][0], 2 * trace["fwd"][0][0], rtol=1e-6)
+    trace2 = jax.device_get(state.comm_state.trace)
+    np.testing.assert_allclose(trace2.fwd[0][0], 2 * trace.fwd[0][0], rtol=1e-6)
 
 
 def _adaqp_config(chunks=None, **changes):
@@ -250,13 +251,13 @@ def test_the_exchange_stays_a_value_while_its_controller_decides():
     def widths(bits):
         return {
             int(w)
-            for rounds in bits["fwd"]
+            for rounds in bits.fwd
             for b, mask in zip(rounds, run.plan.send_mask, strict=True)
             for w in np.unique(np.asarray(b)[mask])
         }
 
-    assert widths(state.comm_state["bits"]) != {8}  # lam = 0.1: some messages left 8 bits
-    assert widths(strategy.controller(run.plan, run.layer_dims).init_state()["bits"]) == {8}
+    assert widths(state.comm_state.bits) != {8}  # lam = 0.1: some messages left 8 bits
+    assert widths(strategy.controller(run.plan, run.layer_dims).init_state().bits) == {8}
 
 
 @pytest.mark.slow
@@ -272,6 +273,33 @@ def test_adaqp_resume_after_reassignment_reproduces_metrics(tmp_path):
     }
     full, resumed = _metrics(tmp_path / "full"), _metrics(tmp_path / "resumed")
     assert [strip(m) for m in resumed] == [strip(m) for m in full]
+
+
+def test_resume_reads_the_state_by_tree_path_and_names_a_missing_leaf():
+    """A checkpoint restores the assignment, the next one and the traces from the leaves at
+    their tree paths below ``comm_state``; a leaf that is missing (another method's state, or
+    an older layout's names) or of another shape is an error naming it."""
+    plan = _plan(GRAPH, 4)
+    dims = (GRAPH.num_features, 8)
+    method = AdaQP(AssignConfig(solver="frontier", lookahead=1), period=5, chunks=0)
+    controller = method.controller(plan, dims)
+    rng = np.random.default_rng(0)
+    bits = BitAssignment.random(plan, len(dims), rng)
+    template = controller.init_state()
+    traces = jax.tree.map(lambda t: rng.random(t.shape).astype(np.float32), template.trace)
+    expect = controller.state_of(bits, upcoming=bits, traces=traces)
+    flat, _ = jax.tree_util.tree_flatten_with_path(expect)
+    saved = {jax.tree_util.keystr(path): np.asarray(v) for path, v in flat}
+    restored = controller.resume(epoch=7, saved=saved)
+    assert jax.tree.structure(restored) == jax.tree.structure(expect)
+    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(expect), strict=True):
+        np.testing.assert_array_equal(a, b)
+    older = {k.replace(".bits.", "['bits']."): v for k, v in saved.items()}
+    with pytest.raises(ValueError, match=r"no comm_state leaf \.bits\.fwd\[0\]\[0\]"):
+        controller.resume(epoch=7, saved=older)
+    key = ".trace.bwd[1][0]"
+    with pytest.raises(ValueError, match=re.escape(f"leaf {key} has shape (4, 1)")):
+        controller.resume(epoch=7, saved={**saved, key: saved[key][:, :1]})
 
 
 def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
@@ -292,7 +320,7 @@ def test_missing_solver_keeps_the_previous_assignment(monkeypatch):
     }
     monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
     with pytest.warns(SolverFallbackWarning, match="HIGHS is not installed"):
-        assignment, _ = strategy.controller(plan, dims).solve(traces, previous)
+        assignment, _ = strategy.controller(plan, dims).solve(Traces(**traces), previous)
     for name in ("fwd", "bwd"):
         for layer in range(2):
             if name == "bwd" and layer == 0:
@@ -342,12 +370,12 @@ def test_frontier_solver_reaches_the_milp_optimum_without_a_mip_solver(monkeypat
         for d in ("fwd", "bwd")
     }
     milp = AdaQP(AssignConfig(lam=0.3, group_size=2, mip_gap=0.0), period=1, chunks=0)
-    _, milp_log = milp.controller(plan, dims).solve(traces, previous)
+    _, milp_log = milp.controller(plan, dims).solve(Traces(**traces), previous)
     monkeypatch.setattr(cvxpy, "installed_solvers", lambda: ["SCS"])
     frontier = AdaQP(AssignConfig(lam=0.3, group_size=2, solver="frontier"), period=1, chunks=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SolverFallbackWarning)
-        assignment, log = frontier.controller(plan, dims).solve(traces, previous)
+        assignment, log = frontier.controller(plan, dims).solve(Traces(**traces), previous)
     assert set(log["keys"]) == set(milp_log["keys"]) == {"fwd0", "fwd1", "bwd1"}
     for key, info in log["keys"].items():
         assert info["status"] == "optimal" and not info["used_fallback"]
@@ -368,17 +396,17 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
     assert config.widths == (2, 4)
     strategy = AdaQP(config, period=1, chunks=2)
     state = strategy.controller(plan, dims).init_state()
-    for rounds in state["bits"]["fwd"] + state["bits"]["bwd"]:
+    for rounds in state.bits.fwd + state.bits.bwd:
         for bits, mask in zip(rounds, plan.send_mask, strict=True):
             assert set(np.unique(bits[mask])) == {4}
-    assert all(layout.widths == (2, 4) for layout in state["fwd"] + state["bwd"])
+    assert all(layout.widths == (2, 4) for layout in state.layouts.fwd + state.layouts.bwd)
     rng = np.random.default_rng(3)
     traces = {
         d: tuple(tuple(rng.lognormal(0.0, 2.0, m.shape) for m in plan.send_mask) for _ in dims)
         for d in ("fwd", "bwd")
     }
     previous = BitAssignment.uniform(plan, 2, 4)
-    assignment, log = strategy.controller(plan, dims).solve(traces, previous)
+    assignment, log = strategy.controller(plan, dims).solve(Traces(**traces), previous)
     used = {w for counts in log["widths"].values() for w, n in counts.items() if n}
     assert used == {2, 4}  # λ 0.5 on log-normal traces trades bits: both widths occur
     other = AdaQP(
@@ -392,18 +420,18 @@ def test_candidate_widths_bound_the_assignment_and_the_layout(solver):
         period=1,
         chunks=0,
     )
-    _, other_log = other.controller(plan, dims).solve(traces, previous)
+    _, other_log = other.controller(plan, dims).solve(Traces(**traces), previous)
     for key, info in log["keys"].items():
         assert info["objective"] == pytest.approx(other_log["keys"][key]["objective"], rel=1e-6)
     full = AdaQP(AssignConfig(lam=0.5, group_size=2, solver="frontier"), period=1, chunks=0)
-    _, full_log = full.controller(plan, dims).solve(traces, previous)
+    _, full_log = full.controller(plan, dims).solve(Traces(**traces), previous)
     assert any(c[8] for c in full_log["widths"].values())  # without the bound, 8 bits occur
     layout = strategy.controller(plan, dims).state_of(assignment)
-    assert all(a.widths == (2, 4) for a in layout["fwd"] + layout["bwd"])
+    assert all(a.widths == (2, 4) for a in layout.layouts.fwd + layout.layouts.bwd)
     # 8 bits leads when it is a candidate; otherwise the widest candidate does.
     for widths, first in (((4, 8), 8), ((2,), 2)):
         s = AdaQP(AssignConfig(widths=widths), period=1, chunks=0).init_state(plan, dims)
-        assert {int(v) for v in np.unique(s["bits"]["fwd"][0][0][plan.send_mask[0]])} == {first}
+        assert {int(v) for v in np.unique(s.bits.fwd[0][0][plan.send_mask[0]])} == {first}
 
 
 def test_random_baseline_draws_from_the_candidate_widths():

@@ -24,7 +24,7 @@ import itertools
 import numpy as np
 import pytest
 
-from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.adaptive import AssignConfig, Traces
 from jaxgraph.comm.adaqp import AdaQP
 from jaxgraph.comm.assign import BITS, Channel, assign_bits
 from jaxgraph.comm.costmodel import CostModel
@@ -259,7 +259,7 @@ def test_controller_assignment_minimizes_the_seed_objective(lam, solver, param_d
     param_bytes = {"float32": 8, "bfloat16": 4}[param_dtype]
     controller = exchange.controller(plan, dims, cost=cost)
     previous = BitAssignment.uniform(plan, len(dims), 8)
-    assignment, log = controller.solve(traces, previous)
+    assignment, log = controller.solve(Traces(**traces), previous)
     checked = 0
     for layer, dim in enumerate(dims):
         keys, where = _messages(graph, parts, plan, traces, layer)

@@ -103,13 +103,13 @@ def test_receiver_gets_dequant_of_quant_of_sender_rows(bits, num_parts, chunks, 
     x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
     key = jax.random.key(7)
     f = _exchange_program(plan, state)
-    halo = np.asarray(f(x, state["fwd"][0], state["bwd"][0], key))
+    halo = np.asarray(f(x, state.fwd[0], state.bwd[0], key))
 
     offsets = np.cumsum([0, *plan.round_rows])
     capacity = widths if chunks else None
     buckets = round_buckets(plan, strategy.assignment(plan, 1, seed=1), capacity)["fwd"][0]
     if chunks:  # the layout's buckets: exactly the candidate widths
-        assert state["fwd"][0].widths == widths
+        assert state.fwd[0].widths == widths
     for s in range(num_parts):
         sender_key = jax.random.fold_in(jax.random.fold_in(key, s), 0)
         rows_of = lambda r, slots, s=s: x[s][plan.send_idx[r - 1][s]][slots]
@@ -147,7 +147,7 @@ def test_owner_gets_dequant_of_quant_of_gradient_rows(chunks, param_dtype):
     strategy = Quantized("random", chunks=chunks, param_dtype=param_dtype)
     state = strategy.controller(plan, (3,), run=RunInfo(seed=1)).init_state()
     f = _exchange_program(plan, state)
-    args = (state["fwd"][0], state["bwd"][0])
+    args = (state.fwd[0], state.bwd[0])
     key = jax.random.key(7)
     x = np.zeros((num_parts, plan.num_local_rows, 3), np.float32)  # x: [P, Nl, 3]
     grad = jax.jit(jax.grad(lambda x, g: jnp.sum(f(x, *args, key) * g)))
@@ -237,7 +237,7 @@ def test_exchange_values_and_gradients_are_unbiased(bits):
     x = rng.standard_normal((4, plan.num_local_rows, 5)).astype(np.float32)
     g = rng.standard_normal((4, plan.num_halo_rows, 5)).astype(np.float32)
     f = _exchange_program(plan, state)
-    args = (state["fwd"][0], state["bwd"][0])
+    args = (state.fwd[0], state.bwd[0])
     value_and_grad = jax.jit(jax.value_and_grad(lambda x, k: jnp.sum(f(x, *args, k) * g)))
     k = 200
     halos, grads = [], []
@@ -348,7 +348,7 @@ def test_bfloat16_parameters_change_nothing_at_32_bits():
     bf16 = bucket_state(plan, a, param_dtype="bfloat16")
     x = np.random.default_rng(0).normal(size=(4, plan.num_local_rows, 5)).astype(np.float32)
     halos = [
-        np.asarray(_exchange_program(plan, s)(x, s["fwd"][0], s["bwd"][0], jax.random.key(2)))
+        np.asarray(_exchange_program(plan, s)(x, s.fwd[0], s.bwd[0], jax.random.key(2)))
         for s in (exact, bf16)
     ]
     np.testing.assert_array_equal(halos[0], halos[1])
@@ -362,7 +362,7 @@ def _assert_rows_arrive(plan, state):
     x = plan.local_nodes[..., None] * 10.0 + np.arange(3, dtype=np.float32)
     x = np.where(plan.local_mask[..., None], x, 0).astype(np.float32)
     f = _exchange_program(plan, state)
-    halo = np.asarray(f(x, state["fwd"][0], state["bwd"][0], jax.random.key(1)))
+    halo = np.asarray(f(x, state.fwd[0], state.bwd[0], jax.random.key(1)))
     expect = plan.halo_nodes[..., None] * 10.0 + np.arange(3)
     err = np.abs(halo - expect)[plan.halo_mask]
     assert err.max() <= 2.0 / 3.0 + 1e-5  # Δ of a 2-bit code on a row of range 2
@@ -533,7 +533,7 @@ def test_chunked_layout_sends_the_largest_sender_rounded_up_to_a_unit():
     state = bucket_state(plan, assignment, chunks=chunks)
     p, rounds = plan.num_parts, plan.num_parts - 1
     for layer, dim in enumerate(dims):
-        layout = state["fwd"][layer]
+        layout = state.fwd[layer]
         units = chunk_bytes(layout, dim)
         # Capacity: every slot at 8 bits, codes plus 8 parameter bytes per row.
         assert units == tuple(-(-(s * (dim + 8)) // 2**chunks) for s in plan.round_rows)

@@ -153,7 +153,7 @@ def test_exact_layout_by_hand():
     block (rows 0-7), then width 8's (rows 8-10)."""
     a = BitAssignment(fwd=(RING_BITS,), bwd=(RING_BITS,))
     state = bucket_state(RING, a)
-    (fwd,), (bwd,) = state["fwd"], state["bwd"]
+    (fwd,), (bwd,) = state.fwd, state.bwd
     assert fwd.counts == bwd.counts == (((2, 1), (8, 2)), ((2, 1), (8, 1)))
     assert fwd.round_rows == bwd.round_rows == (2, 1)
     assert fwd.chunks == 0 and fwd.param_bytes == 8
@@ -202,10 +202,10 @@ def test_layout_per_layer_and_parameter_precision():
         fwd=(RING_BITS, BitAssignment.uniform(RING, 1, 32).fwd[0]), bwd=(RING_BITS,) * 2
     )
     state = bucket_state(RING, a, param_dtype="bfloat16")
-    assert len(state["fwd"]) == len(state["bwd"]) == 2
-    assert state["fwd"][0].param_bytes == 4
-    assert state["fwd"][0].round_bytes == (((1, 4), (2, 8)), ((0, 0), (1, 4)))
-    f1 = state["fwd"][1]
+    assert len(state.fwd) == len(state.bwd) == 2
+    assert state.fwd[0].param_bytes == 4
+    assert state.fwd[0].round_bytes == (((1, 4), (2, 8)), ((0, 0), (1, 4)))
+    f1 = state.fwd[1]
     assert f1.counts == (((32, 2),), ((32, 1),))
     np.testing.assert_array_equal(f1.rows["b32"], [[4, 1, 2], [0, 2, P_], [3, P_, 0]])
     np.testing.assert_array_equal(f1.place, [[0, P_, P_], [0, 1, 2], [0, 1, 2]])
@@ -214,7 +214,7 @@ def test_layout_per_layer_and_parameter_precision():
 
 def test_chunked_layout_has_every_width_with_room_for_every_slot():
     a = BitAssignment(fwd=(RING_BITS,), bwd=(RING_BITS,))
-    (fwd,) = bucket_state(RING, a, chunks=2, widths=(8, 2))["fwd"]
+    (fwd,) = bucket_state(RING, a, chunks=2, widths=(8, 2)).fwd
     assert fwd.chunks == 2
     assert fwd.counts == (((2, 2), (8, 2)), ((2, 1), (8, 1)))
     # The round's capacity: every slot as one code row plus 8 parameter bytes.
@@ -236,7 +236,7 @@ def test_round_without_real_slots_has_no_bucket():
         num_halo_rows=1,
         halo_offsets=lambda: (0, 1),
     )
-    (fwd,) = bucket_state(idle, BitAssignment.uniform(idle, 1, 8))["fwd"]
+    (fwd,) = bucket_state(idle, BitAssignment.uniform(idle, 1, 8)).fwd
     assert fwd.counts == ((),) and fwd.rows == {} and fwd.round_bytes == ((),)
     np.testing.assert_array_equal(fwd.place, [[P_], [P_]])
     assert fwd.sent.shape == fwd.got.shape == (2, 0)

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxgraph.comm.adaptive import AssignConfig
+from jaxgraph.comm.adaptive import AdaptiveState, AssignConfig
 from jaxgraph.comm.pipegcn import PipeGCN
 from jaxgraph.comm.strategy import Vanilla
 from jaxgraph.models import make_model
@@ -69,11 +69,11 @@ def test_stale_halo_and_gradient_match_dense_reference(num_parts, quantize):
         _close(metrics["loss"], ref_loss)
         comm = jax.device_get(state.comm_state)
         stored = halo_gradient(GRAPH, parts, dz1)
-        _close(plan.unshard_nodes(comm[1]["grad"]), stored)
-        assert "grad" not in comm[0]  # layer 0 sends nothing back
+        _close(plan.unshard_nodes(comm[1].grad), stored)
+        assert comm[0].grad is None  # layer 0 sends nothing back
         for layer, rows in enumerate(inputs):  # halo slots hold this step's owner rows
             expect = np.where(plan.halo_mask[..., None], np.asarray(rows)[plan.halo_nodes], 0)
-            _close(np.where(plan.halo_mask[..., None], comm[layer]["halo"], 0), expect)
+            _close(np.where(plan.halo_mask[..., None], comm[layer].halo, 0), expect)
         if step == 0:
             assert np.any(np.asarray(stored))  # a non-trivial injection follows
         halo, inject = inputs, stored
@@ -114,13 +114,13 @@ def test_quantized_stale_halos_stay_within_one_quantization_step(bits):
     c0, c1 = jax.device_get(s0.comm_state), jax.device_get(s1.comm_state)
     real = plan.halo_mask[..., None]  # pad slots carry nothing
     for layer in range(2):
-        h0, h1 = (np.where(real, c[layer]["halo"], 0) for c in (c0, c1))
+        h0, h1 = (np.where(real, c[layer].halo, 0) for c in (c0, c1))
         # The grid of a halo row is its owner's row's: the same values as h0's row.
         step = (h0.max(-1) - h0.min(-1)) / (2**bits - 1)
         assert np.all(np.abs(h1 - h0) <= step[..., None] * (1 + 1e-5) + 1e-6)
         assert np.any(h1 != h0)  # it is quantized
-    assert np.any(c1[1]["grad"] != c0[1]["grad"])
-    assert np.allclose(c1[1]["grad"], c0[1]["grad"], atol=0.5 * np.abs(c0[1]["grad"]).max())
+    assert np.any(c1[1].grad != c0[1].grad)
+    assert np.allclose(c1[1].grad, c0[1].grad, atol=0.5 * np.abs(c0[1].grad).max())
     # Per row b D / 8 bytes of codes and 8 of (scale, lo) against 4 D: below fp32 for D > 2.
     assert float(m1["bytes_moved"]) < float(m0["bytes_moved"])
 
@@ -143,11 +143,7 @@ def test_adaptive_first_period_is_the_8_bit_exchange_bit_for_bit():
             state, metrics = trainer.train_step(state, shards)
             out.append(jax.device_get((metrics["loss"], metrics["bytes_moved"], grads)))
         comm = jax.device_get(state.comm_state)
-        pipe = (
-            comm["pipe"]
-            if isinstance(comm, dict)
-            else [{k: v for k, v in layer.items() if k in ("halo", "grad")} for layer in comm]
-        )
+        pipe = comm.pipe if isinstance(comm, AdaptiveState) else [(x.halo, x.grad) for x in comm]
         runs.append((out, jax.device_get(state.params), pipe))
     for a, b in zip(jax.tree.leaves(runs[0]), jax.tree.leaves(runs[1]), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -170,18 +166,16 @@ def test_adaptive_widths_trace_the_stale_messages_and_carry_the_pipeline():
     before = jax.device_get(state.comm_state)
     real = [np.asarray(m, bool) for m in plan.send_mask]
     for layer in range(2):
-        assert all(
-            np.all(t[m] > 0) for t, m in zip(before["trace"]["fwd"][layer], real, strict=True)
-        )
-    assert any(np.any(t > 0) for t in before["trace"]["bwd"][1])
-    assert not any(np.any(t) for t in before["trace"]["bwd"][0])  # data: nothing sent back
+        assert all(np.all(t[m] > 0) for t, m in zip(before.trace.fwd[layer], real, strict=True))
+    assert any(np.any(t > 0) for t in before.trace.bwd[1])
+    assert not any(np.any(t) for t in before.trace.bwd[0])  # data: nothing sent back
     new = controller.update(state.comm_state, epoch=3)
     assert new is not None and controller.last_update["epoch"] == 3
     widths = controller.last_update["widths"]
     assert any(n for key in widths.values() for b, n in key.items() if b != 8)  # re-solved
-    for a, b in zip(jax.tree.leaves(before["pipe"]), jax.tree.leaves(new["pipe"]), strict=True):
+    for a, b in zip(jax.tree.leaves(before.pipe), jax.tree.leaves(new.pipe), strict=True):
         np.testing.assert_array_equal(a, b)
-    assert not any(np.any(t) for t in jax.tree.leaves(new["trace"]))
+    assert not any(np.any(t) for t in jax.tree.leaves(new.trace))
     shapes = [np.shape(x) for x in jax.tree.leaves(before)]
     assert [np.shape(x) for x in jax.tree.leaves(new)] == shapes  # one compiled step
     state = state.replace(comm_state=trainer.place_comm_state(new))

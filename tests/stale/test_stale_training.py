@@ -427,6 +427,6 @@ def test_checkpoint_resume_restores_caches_exactly(tmp_path, method, leaf):
         plan = build_halo_plan(graph, parts, num_parts=4)
         real = plan.halo_mask[..., None]
         expect = np.where(real, graph.features[plan.halo_nodes], 0).astype(np.float32)
-        np.testing.assert_array_equal(np.where(real, a[".comm_state[0]['halo']"], 0), expect)
+        np.testing.assert_array_equal(np.where(real, a[".comm_state[0].halo"], 0), expect)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
