@@ -6,6 +6,12 @@ import enum
 
 import jax
 
+_TILE_ELEMENTS = 4096  # default tile size of the kernels: a starting point, not tuned
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
 
 class Backend(enum.Enum):
     """Which implementation a kernel wrapper runs.
@@ -22,25 +28,16 @@ class Backend(enum.Enum):
 
 
 def default_backend(platform: str | None = None) -> Backend:
-    """The platform default: `Backend.PALLAS` on GPU, `Backend.REFERENCE` elsewhere.
-
-    Args:
-      platform: a JAX platform name (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``);
-        ``None`` means `jax.default_backend()`.
-    """
+    """The default for a JAX ``platform`` name (None: `jax.default_backend()`):
+    `Backend.PALLAS` on GPU (``"gpu"``, ``"cuda"``, ``"rocm"``), `Backend.REFERENCE` elsewhere."""
     platform = jax.default_backend() if platform is None else platform
     return Backend.PALLAS if platform in ("gpu", "cuda", "rocm") else Backend.REFERENCE
 
 
 def resolve_backend(backend: Backend | None, *, interpret: bool) -> Backend:
-    """The backend a wrapper runs, validated against ``interpret``.
-
-    ``backend=None`` picks the platform default, except that ``interpret=True`` asks for the
-    Pallas kernel (interpreted), since it has no meaning for the reference.
-
-    Raises:
-      ValueError: ``backend`` is not a `Backend`, or ``interpret=True`` with the reference.
-    """
+    """The backend a wrapper runs: ``backend``, or for None the platform default (Pallas when
+    ``interpret=True``, which has no meaning for the reference). ValueError if ``backend`` is
+    not a `Backend`, or for ``interpret=True`` with the reference."""
     if backend is None:
         return Backend.PALLAS if interpret else default_backend()
     if not isinstance(backend, Backend):

@@ -1,40 +1,20 @@
 """Device decode of a bitmap-compressed walk corpus (FaBC, FeLoG §5.2.2).
 
 The host encoder (:func:`jaxgraph.embed.compress.encode`) turns ``W`` padded walks of length
-``L`` into four arrays; this module turns them back into ``int32[W, L]`` on the device:
-
-* ``hot_ids: int32[Wh, k]``, ``Wh = W`` (each walk's own hot ids) or ``Wh = 1`` (one hot set
-  for all walks); ``-1`` marks an unused slot;
-* ``bitmaps: uint8[W, k, B]``, ``B = ceil(L / 8)``: bit ``j % 8`` (least significant first) of
-  byte ``j // 8`` of ``bitmaps[w, s]`` is set iff position ``j`` of walk ``w`` holds
-  ``hot_ids[w, s]``;
-* ``residual: int32[R]``: the other tokens, walk after walk, each walk's in position order;
-* ``lengths: int32[W]``.
-
-Decoding, for walk ``w`` and position ``j < lengths[w]``::
+``L`` into ``hot_ids: int32[Wh, k]`` (``Wh = W``, or 1 shared; ``-1`` an unused slot),
+``bitmaps: uint8[W, k, ceil(L / 8)]`` (bit ``j % 8``, LSB first, of byte ``j // 8`` of
+``bitmaps[w, s]`` set iff position ``j`` of walk ``w`` holds ``hot_ids[w, s]``), ``residual:
+int32[R]`` (the other tokens, walk after walk) and ``lengths: int32[W]``. For ``j < lengths[w]``::
 
     hot(w, j)   = OR_s bit(w, s, j)                                  (at most one s is set)
     out[w, j]   = hot_ids[w, s]                                       if bit(w, s, j)
                 = residual[off[w] + #{i <= j : not hot(w, i)} - 1]   otherwise
     off[w]      = sum_{v < w} (lengths[v] - popcount(bitmaps[v]))    (exclusive prefix sum)
 
-and ``out[w, j] = -1`` for ``j >= lengths[w]`` (the padding of
-:class:`jaxgraph.embed.walks.Walks`). Preconditions, which the encoder guarantees and the
-decoder does not check on the device: the ``k`` bitmaps of a walk are disjoint, bits at or past
-a walk's length are 0, and ``R`` equals the number of non-hot positions. A malformed input gives
-wrong tokens, never an out-of-bounds read (residual indices are clamped).
-
-Shapes:
-  ``(int32[Wh, k], uint8[W, k, B], int32[R], int32[W])`` and static ``L`` -> ``int32[W, L]``.
-
-**Kernel.** One program per block of ``walks`` walks (a power of two) and all ``next_pow2(L)``
-positions. The residual offsets are a prefix sum over walks, computed before the kernel by XLA
-(:func:`residual_offsets`: one popcount per byte and a cumulative sum). In the kernel every
-input is a flat array read with gathers (pointer arithmetic in Triton): for each hot slot the
-byte ``j >> 3`` of each walk's bitmap, shifted by ``j & 7``; the rank of each residual position
-is a cumulative sum along the walk; the residual tokens are gathered at ``off + rank``. Loads
-and stores are masked to the walk lengths and to ``W`` and ``L``. The default tile (about 4096
-positions) is a starting point, not tuned on hardware.
+and ``out[w, j] = -1`` past ``lengths[w]``. The encoder guarantees, and the device does not
+check, disjoint bitmaps, no bits past a walk's length and ``R`` non-hot positions; a malformed
+input gives wrong tokens, never an out-of-bounds read. The kernel runs one program per block of
+walks, the offsets computed before it (:func:`residual_offsets`), every input read by gathers.
 """
 
 from __future__ import annotations
@@ -49,24 +29,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from pallas_kernels.backend import Backend, resolve_backend
+from pallas_kernels.backend import _TILE_ELEMENTS, Backend, _next_pow2, resolve_backend
 
 PAD = -1
 """The token of padding positions (``jaxgraph.embed.walks.PAD``)."""
 
-_TILE_ELEMENTS = 4096
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
 
 def _check_inputs(hot_ids, bitmaps, residual, lengths, walk_length) -> tuple[int, int, int]:
-    """``(W, k, B)`` after validating dtypes and shapes.
-
-    Raises:
-      ValueError: on any mismatch.
-    """
+    """``(W, k, B)`` after validating dtypes and shapes (ValueError on any mismatch)."""
     if isinstance(walk_length, bool) or not isinstance(walk_length, int | np.integer):
         raise ValueError(f"walk_length must be an int, got {walk_length!r}")
     if walk_length < 1:
@@ -104,10 +74,6 @@ def residual_offsets(bitmaps: jax.Array, lengths: jax.Array) -> jax.Array:
     return jnp.cumsum(counts) - counts
 
 
-# ----------------------------------------------------------------------------------------------
-# Reference
-
-
 @functools.partial(jax.jit, static_argnames=("walk_length",))
 def decode_reference(
     hot_ids: jax.Array,
@@ -138,10 +104,6 @@ def decode_reference(
     padded = jnp.concatenate([residual, jnp.full((1,), PAD, jnp.int32)])  # R = 0 allowed
     res_val = padded[jnp.clip(idx, 0, residual.shape[0])]
     return jnp.where(hot, hot_val, jnp.where(res, res_val, PAD))
-
-
-# ----------------------------------------------------------------------------------------------
-# Pallas kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,10 +182,7 @@ def decode_pallas(
     block_sizes: DecodeBlockSizes | None = None,
 ) -> jax.Array:
     """The Pallas (Triton) decode kernel; same contract as `decode_reference`.
-
-    ``interpret=True`` runs it on CPU (slow; for tests). JAX's Pallas interpreter fails inside
-    ``jax.shard_map`` with the replication check on, so interpreted tests call it outside.
-    """
+    ``interpret=True`` runs it on CPU (slow; for tests; not inside ``jax.shard_map``)."""
     w, k, _ = _check_inputs(hot_ids, bitmaps, residual, lengths, walk_length)
     block_sizes = block_sizes or DecodeBlockSizes()
     bw = block_sizes.resolve(w, walk_length)
@@ -256,10 +215,6 @@ def decode_pallas(
     )(*flat)
 
 
-# ----------------------------------------------------------------------------------------------
-# Wrapper: what library code calls
-
-
 @functools.partial(jax.jit, static_argnames=("walk_length", "backend", "interpret", "block_sizes"))
 def decode(
     hot_ids: jax.Array,
@@ -272,28 +227,12 @@ def decode(
     interpret: bool = False,
     block_sizes: DecodeBlockSizes | None = None,
 ) -> jax.Array:
-    """Decodes a bitmap-compressed walk corpus to ``int32[W, L]`` (padding ``-1``).
+    """Decodes a bitmap-compressed walk corpus to ``int32[W, L]`` (padding ``-1``; the layout
+    and formula: module docstring). ``walk_length`` is static; ``W = 0`` gives ``int32[0, L]``.
 
-    See the module docstring for the layout and the formula. Jit-compatible (``walk_length``
-    is static); ``W = 0`` gives ``int32[0, L]``.
-
-    Args:
-      hot_ids: ``int32[W, k]`` or ``int32[1, k]`` (one hot set for all walks).
-      bitmaps: ``uint8[W, k, ceil(L / 8)]``.
-      residual: ``int32[R]``, the non-hot tokens in walk and position order.
-      lengths: ``int32[W]``, each in ``[0, L]``.
-      walk_length: ``L`` (static, >= 1).
-      backend: `Backend.REFERENCE` or `Backend.PALLAS`; None picks the platform default (Pallas
-        on GPU, the reference elsewhere), or Pallas when ``interpret=True``.
-      interpret: run the Pallas kernel in interpret mode (CPU tests; not inside ``shard_map``).
-      block_sizes: Pallas tile sizes; only with the Pallas backend.
-
-    Returns:
-      ``int32[W, L]``: ``out[w, :lengths[w]]`` is walk ``w``, the rest ``-1``.
-
-    Raises:
-      ValueError: wrong dtypes or shapes, a bad ``walk_length`` or ``backend``, or options that
-        do not apply to the chosen backend.
+    ``lengths`` are each in ``[0, L]``; ``backend``, ``interpret`` (not inside ``shard_map``)
+    and ``block_sizes`` as in :func:`pallas_kernels.quantize.quantize`. Raises ValueError on
+    wrong dtypes or shapes, a bad ``walk_length`` or ``backend``, or options that do not apply.
     """
     backend = resolve_backend(backend, interpret=interpret)
     if backend is Backend.REFERENCE:

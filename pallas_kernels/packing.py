@@ -1,25 +1,15 @@
 """Row packing of quantization codes: AdaQP's wire layout, bit for bit.
 
-A message quantized to ``b`` bits in {2, 4, 8} (:mod:`pallas_kernels.quantize`) holds one code
-``q[n, d]`` in ``[0, 2^b - 1]`` per element of ``x: f32[N, D]``. With ``k = 8 / b`` rows per
-byte, consecutive rows share a byte, column by column::
+A message quantized to ``b`` bits in {2, 4, 8} holds one code ``q[n, d]`` in ``[0, 2^b - 1]``
+per element of ``x: f32[N, D]``; with ``k = 8 / b`` rows per byte::
 
     packed[n // k, d] |= q[n, d] << ((n % k) * b)        (the lowest row in the low bits)
 
-and rows are padded with zero codes to a multiple of ``k``, so the block is exactly
-``ceil(N / k) * D`` bytes (AdaQP sends one spare, uninitialised byte more). Example: ``b = 2,
-D = 1``, codes ``[1, 2, 3, 0]`` give the byte ``0x39``. Why this layout: it is AdaQP's, so the
-messages are bit-compatible with its kernels, and the padding falls on rows, so ``D`` needs none.
-
-Only bit-widths that divide 8 give a whole number of codes per byte: `SUPPORTED_BITS`.
-`pack_codes` and `unpack_codes` are the public, checked entry points; `pack_block` and
-`unpack_block` are the unchecked forms that the references and the Pallas kernels apply to
-whole arrays and to tiles alike (reshapes, iotas, shifts and a sum over a power-of-two axis:
-what Triton lowers).
-
-Shapes:
-  pack: ``uint8[N, D] -> uint8[ceil(N / k), D]``;
-  unpack: ``(uint8[ceil(N / k), D], N) -> uint8[N, D]``.
+with rows padded by zero codes to a multiple of ``k``: exactly ``ceil(N / k) * D`` bytes (AdaQP
+sends one spare byte more), e.g. ``b = 2, D = 1``, codes ``[1, 2, 3, 0]`` give ``0x39``. The
+padding falls on rows, so ``D`` needs none. `pack_codes` and `unpack_codes` are the checked
+entry points; `pack_block` and `unpack_block` the unchecked forms the references and the Pallas
+kernels share.
 """
 
 from __future__ import annotations
@@ -36,11 +26,7 @@ SUPPORTED_BITS = (2, 4, 8)
 
 
 def check_bits(bits) -> int:
-    """``bits`` as an int.
-
-    Raises:
-      ValueError: ``bits`` is not an int in `SUPPORTED_BITS`.
-    """
+    """``bits`` as an int; ValueError unless it is an int in `SUPPORTED_BITS`."""
     if (
         isinstance(bits, bool)
         or not isinstance(bits, int | np.integer)
@@ -51,11 +37,7 @@ def check_bits(bits) -> int:
 
 
 def codes_per_byte(bits: int) -> int:
-    """``k = 8 / bits``: rows packed into one byte.
-
-    Raises:
-      ValueError: ``bits`` is not in `SUPPORTED_BITS`.
-    """
+    """``k = 8 / bits``: rows packed into one byte (ValueError for bits not supported)."""
     return 8 // check_bits(bits)
 
 
@@ -66,12 +48,9 @@ def packed_rows(num_rows: int, bits: int) -> int:
 
 
 def check_packed(packed, bits: int, num_rows):
-    """Validates a packed message of ``num_rows`` rows at ``bits`` (already checked) bits.
-
-    Raises:
-      ValueError: ``num_rows`` not a non-negative int, or ``packed`` not ``uint8`` of
-        ``packed_rows(num_rows, bits)`` rows.
-    """
+    """Validates a packed message of ``num_rows`` rows at ``bits`` (already checked) bits:
+    ValueError unless ``num_rows`` is a non-negative int and ``packed`` ``uint8`` of
+    ``packed_rows(num_rows, bits)`` rows."""
     if isinstance(num_rows, bool) or not isinstance(num_rows, int | np.integer) or num_rows < 0:
         raise ValueError(f"num_rows must be a non-negative int, got {num_rows!r}")
     if packed.ndim != 2 or packed.dtype != jnp.uint8:
@@ -116,19 +95,8 @@ def unpack_block(packed, bits: int):
 
 @functools.partial(jax.jit, static_argnames=("bits",))
 def pack_codes(codes: jax.Array, bits: int) -> jax.Array:
-    """Packs codes along rows, AdaQP's layout (module docstring).
-
-    Args:
-      codes: ``uint8[N, D]``; only the low ``bits`` bits of each code are kept.
-      bits: 2, 4 or 8.
-
-    Returns:
-      ``uint8[ceil(N / k), D]``: byte ``[n // k, d]`` holds ``codes[n, d]`` at bit
-      ``(n % k) * bits``.
-
-    Raises:
-      ValueError: bad ``bits``, or ``codes`` not a rank-2 uint8 array.
-    """
+    """Packs codes ``uint8[N, D]`` (their low ``bits`` bits) along rows, AdaQP's layout (module
+    docstring) -> ``uint8[ceil(N / k), D]``. Raises ValueError for bad ``bits`` or ``codes``."""
     bits = check_bits(bits)
     if codes.ndim != 2 or codes.dtype != jnp.uint8:
         raise ValueError(f"codes must be uint8[N, D], got {codes.dtype}{list(codes.shape)}")
@@ -141,11 +109,8 @@ def pack_codes(codes: jax.Array, bits: int) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("bits", "num_rows"))
 def unpack_codes(packed: jax.Array, bits: int, num_rows: int) -> jax.Array:
-    """Inverse of `pack_codes`: ``uint8[ceil(N / k), D]`` -> ``uint8[num_rows, D]``.
-
-    Raises:
-      ValueError: bad ``bits`` or ``num_rows``, or ``packed`` of the wrong dtype or row count.
-    """
+    """Inverse of `pack_codes`: ``uint8[ceil(N / k), D]`` -> ``uint8[num_rows, D]`` (ValueError
+    on bad ``bits``, ``num_rows`` or ``packed``)."""
     bits = check_bits(bits)
     check_packed(packed, bits, num_rows)
     return unpack_block(packed, bits)[:num_rows].astype(jnp.uint8)

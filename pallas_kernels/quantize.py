@@ -2,31 +2,15 @@
 
 Library code calls `quantize` and `dequantize` (AdaQP's semantics, with fixes)::
 
-    quantize(x, b, key)                 -> packed, scale, lo
-    dequantize(packed, scale, lo, b, N) -> x̂ = q / scale + lo
+    quantize(x, b, key)                 -> packed: uint8[ceil(N / k), D], scale: P[N], lo: P[N]
+    dequantize(packed, scale, lo, b, N) -> x̂ = q / scale + lo: f32[N, D]
 
-with, per row, ``scale = (2^b - 1) / (max x - min x)``, ``lo = min x`` and the codes
-``q = clip(floor((x - lo) * scale + u), 0, 2^b - 1)`` for uniforms ``u`` drawn from ``key``,
-packed ``k = 8 / b`` rows to a byte. Each concept has its module:
-
-* :mod:`pallas_kernels.quantize_ref`: the row math, its fixes over AdaQP, the exact fixed-point
-  rounding and the pure-``jnp`` references;
-* :mod:`pallas_kernels.random_bits`: how ``key`` becomes the rounding noise (Threefry-2x32 of
-  row group and column, hashed where it is used);
-* :mod:`pallas_kernels.packing`: the byte layout of ``packed`` (``packed_rows`` and
-  ``unpack_codes`` are importable from here too, for the callers that size and read messages).
-
-Both entry points run the reference or the Pallas kernel (`pallas_kernels.Backend`): the
-reference by default on CPU (and TPU), the kernel on GPU, or interpreted on CPU with
-``interpret=True`` (how the tests check it). For the same key both give the same message bit for
-bit, because the kernels apply the reference's row functions to tiles. `quantize_pallas` holds a
-whole row in a tile, since the row min and max need it, so it takes ``D <= 16384`` (wider rows
-need `Backend.REFERENCE`); `dequantize_pallas` tiles rows and columns. Tiles are powers of two,
-as the Triton lowering requires (`QuantizeBlockSizes`, `DequantizeBlockSizes`).
-
-Shapes (``P``: the parameter dtype, float32 or bfloat16):
-  quantize: f32[N, D] -> (packed: uint8[ceil(N / k), D], scale: P[N], lo: P[N]);
-  dequantize: (uint8[ceil(N / k), D], P[N], P[N]) -> f32[N, D].
+(``P``: float32 or bfloat16). The row math is in :mod:`pallas_kernels.quantize_ref`, the noise in
+:mod:`pallas_kernels.random_bits`, the layout in :mod:`pallas_kernels.packing`. Both run the
+reference (default on CPU and TPU) or the Pallas kernel (default on GPU; interpreted with
+``interpret=True``), bit for bit the same for one key, since the kernels apply the reference's
+row functions to tiles. `quantize_pallas` holds a whole row in a tile (for the row min and
+max), so it takes ``D <= 16384``. Tiles are powers of two, as Triton requires.
 """
 
 from __future__ import annotations
@@ -40,7 +24,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from pallas_kernels.backend import Backend, resolve_backend
+from pallas_kernels.backend import _TILE_ELEMENTS, Backend, _next_pow2, resolve_backend
 from pallas_kernels.packing import check_bits, check_packed, pack_block, packed_rows, unpack_block
 from pallas_kernels.packing import unpack_codes as unpack_codes  # re-exported for callers
 from pallas_kernels.quantize_ref import (
@@ -60,16 +44,7 @@ from pallas_kernels.random_bits import (
     uniform_ints_from_uniforms,
 )
 
-_TILE_ELEMENTS = 4096
 _MAX_QUANTIZE_COLS = 16384  # one row per tile; wider rows would spill registers
-
-
-# ----------------------------------------------------------------------------------------------
-# Tiling and sharding helpers
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def _match_manual_axes(*arrays):
@@ -84,10 +59,6 @@ def _match_manual_axes(*arrays):
         for a in arrays
     ]
     return arrays, jax.sharding.ManualAxisType(varying=varying)
-
-
-# ----------------------------------------------------------------------------------------------
-# Pallas kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,17 +169,9 @@ def quantize_pallas(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The Pallas (Triton) quantize kernel; same contract as `quantize_reference` (bit for bit).
 
-    ``interpret=True`` runs it on CPU (slow; for tests). With ``uniforms`` the kernel reads the
-    uniforms instead of hashing the key (tests drive edge cases through this path).
-
-    One program per block of ``rows`` input rows (a power of two, a multiple of the draw group)
-    and all ``next_pow2(D)`` columns, since the row min and max need the whole row; loads and
-    stores are masked to ``N`` and ``D``. It computes the row statistics, the Threefry words for
-    its ``rows / m`` draw groups, the codes, and packs ``k`` consecutive rows into each byte by a
-    reshape to ``[rows / k, k, D]``, a shift by ``(n % k) * b`` and a sum over the ``k`` axis
-    (the bit fields are disjoint, so the sum is an OR). Tile sizes are powers of two, as the
-    Triton lowering requires; the default tile (`QuantizeBlockSizes`) holds about 4096 elements,
-    a starting point, not tuned on hardware.
+    ``interpret=True`` runs it on CPU (slow; for tests); with ``uniforms`` the kernel reads them
+    instead of hashing the key. One program per block of ``rows`` input rows and all
+    ``next_pow2(D)`` columns (`QuantizeBlockSizes`), masked to ``N`` and ``D``.
     """
     bits, param_dtype = check_quantize_args(x, bits, key, uniforms, param_dtype)
     n, d = x.shape
@@ -287,12 +250,8 @@ def dequantize_pallas(
     interpret: bool = False,
     block_sizes: DequantizeBlockSizes | None = None,
 ) -> jax.Array:
-    """The Pallas (Triton) dequantize kernel; same contract as `dequantize_reference`.
-
-    A 2-D grid over (row block, column block); each program unpacks its bytes with shifts and
-    masks. The default tile (`DequantizeBlockSizes`) holds about 4096 elements, a starting
-    point, not tuned on hardware.
-    """
+    """The Pallas (Triton) dequantize kernel; same contract as `dequantize_reference`: a grid
+    over (row block, column block) tiles (`DequantizeBlockSizes`)."""
     bits = check_bits(bits)
     check_packed(packed, bits, num_rows)
     check_params(scale, lo, num_rows)
@@ -321,10 +280,6 @@ def dequantize_pallas(
     )(packed, scale, lo)
 
 
-# ----------------------------------------------------------------------------------------------
-# Wrappers: what library code calls
-
-
 @functools.partial(
     jax.jit, static_argnames=("bits", "backend", "interpret", "param_dtype", "block_sizes")
 )
@@ -340,43 +295,30 @@ def quantize(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Stochastically quantizes rows to ``bits`` bits and packs them (AdaQP, with fixes).
 
-    The formulas are in :mod:`pallas_kernels.quantize_ref`, the layout of ``packed`` in
-    :mod:`pallas_kernels.packing`, and how ``key`` becomes the rounding noise in
-    :mod:`pallas_kernels.random_bits`. Jit-compatible: ``bits`` is static; ``N = 0`` gives empty
-    arrays.
+    Jit-compatible: ``bits`` is static; ``N = 0`` gives empty arrays.
 
-    **Parameter precision.** ``scale`` and ``lo`` travel in fp32 by default;
-    ``param_dtype=bfloat16`` halves their bytes. AdaQP computes the codes with fp32 parameters
-    and then sends them as bf16, which biases 8-bit messages by up to about one quantization
-    step. Here the sender instead rounds the parameters first -- ``lo`` down and ``scale`` down
-    to bf16, so that ``[lo, lo + L / scale]`` still covers the row -- and computes the codes
-    against the values the receiver will see. The message stays unbiased; the price is a slightly
-    coarser grid, and a much coarser one for rows whose spread is small next to ``|lo|`` (the
-    bf16 ulp of ``lo`` is ``|lo| / 128``). In bf16 mode a constant row is exact when its value is
-    representable in bf16 (zeros always are); other constant rows are rounded stochastically,
-    without bias. The row max is not forced to ``q = L`` in bf16 mode (it would bias it).
+    **bf16 parameters.** AdaQP computes the codes with fp32 parameters and sends them as bf16,
+    which biases 8-bit messages by up to about one step. Here the sender first rounds ``lo``
+    and ``scale`` down to bf16 (so ``[lo, lo + L / scale]`` still covers the row) and computes
+    the codes against what the receiver sees: unbiased, on a slightly coarser grid (much
+    coarser for rows whose spread is small next to ``|lo|``). The row max is then not forced to
+    ``q = L``, and constant rows not representable in bf16 are rounded stochastically.
 
     Args:
-      x: ``f32[N, D]``, finite.
-      bits: 2, 4 or 8.
-      key: a single PRNG key; fold in device, layer, direction and step before calling. A fixed
-        key reproduces bit-identical packets on every backend.
-      backend: `Backend.REFERENCE` or `Backend.PALLAS`; None picks the platform default (Pallas
-        on GPU, the reference elsewhere), or Pallas when ``interpret=True``.
-      interpret: run the Pallas kernel in interpret mode (CPU tests). JAX's Pallas interpreter
-        fails inside ``jax.shard_map`` with the replication check on; the compiled kernel and
-        the reference run there.
-      param_dtype: dtype of the transmitted ``scale`` and ``lo``: float32 (default) or bfloat16
-        (unbiased here, but a coarser grid; see above).
+      x: ``f32[N, D]``, finite; ``bits``: 2, 4 or 8.
+      key: a single PRNG key with device, layer, direction and step folded in; a fixed key
+        reproduces bit-identical packets on every backend.
+      backend: `Backend`, or None for :func:`~pallas_kernels.backend.resolve_backend`'s choice.
+      interpret: run the Pallas kernel interpreted (CPU tests; not inside ``jax.shard_map``).
+      param_dtype: dtype of the transmitted ``scale`` and ``lo``: float32 or bfloat16 (above).
       block_sizes: Pallas tile sizes; only with the Pallas backend.
 
     Returns:
       ``packed: uint8[ceil(N / k), D]``, ``scale: P[N]`` (``(2^b - 1) / (hi - lo)``, or 1 for
-      constant rows) and ``lo: P[N]``; the receiver computes ``x̂ = q / scale + lo``.
+      constant rows) and ``lo: P[N]``.
 
     Raises:
-      ValueError: bad ``bits``, ``x`` not rank-2 float32 with ``D >= 1``, a bad key, an unknown
-        ``param_dtype`` or ``backend``, or options that do not apply to the chosen backend.
+      ValueError: bad arguments, or options that do not apply to the chosen backend.
     """
     backend = resolve_backend(backend, interpret=interpret)
     if backend is Backend.REFERENCE:
@@ -402,23 +344,11 @@ def dequantize(
     interpret: bool = False,
     block_sizes: DequantizeBlockSizes | None = None,
 ) -> jax.Array:
-    """Unpacks and dequantizes a `quantize` message: ``x̂ = q / scale + lo``.
+    """Unpacks and dequantizes a `quantize` message: ``x̂ = q / scale + lo``, ``f32[N, D]``.
 
-    Args:
-      packed: ``uint8[ceil(num_rows / k), D]``.
-      scale: ``P[num_rows]`` (float32 or bfloat16), as sent by `quantize`.
-      lo: ``P[num_rows]``.
-      bits: 2, 4 or 8 (static).
-      num_rows: N (static); 0 gives ``f32[0, D]``.
-      backend, interpret: as in `quantize`.
-      block_sizes: Pallas tile sizes; only with the Pallas backend.
-
-    Returns:
-      ``f32[num_rows, D]``.
-
-    Raises:
-      ValueError: bad ``bits`` or ``num_rows``; ``packed``, ``scale`` or ``lo`` of the wrong
-        dtype or shape; options that do not apply to the chosen backend.
+    ``packed: uint8[ceil(N / k), D]``, ``scale, lo: P[N]`` as sent by `quantize`; ``bits`` and
+    ``num_rows = N`` are static; ``backend``, ``interpret`` and ``block_sizes`` as in
+    `quantize`. Raises ValueError on bad arguments or options that do not apply.
     """
     backend = resolve_backend(backend, interpret=interpret)
     if backend is Backend.REFERENCE:

@@ -1,36 +1,19 @@
 """Stochastic row-wise quantization in pure ``jnp``: the row math and the references.
 
-For a block of rows ``x: f32[N, D]`` and a bit-width ``b`` in {2, 4, 8}, with ``L = 2^b - 1``:
+For rows ``x: f32[N, D]`` at ``b`` bits in {2, 4, 8}, with ``L = 2^b - 1``:
 
     lo = min_d x[n, d]        hi = max_d x[n, d]        scale = L / (hi - lo)
     q  = clip(floor((x - lo) * scale + u), 0, L),   u ~ U[0, 1)      (stochastic rounding)
     x̂  = q / scale + lo                                              (receiver)
 
-so ``E[x̂] = x`` and the per-row expected squared error is ``Σ_d Δ² p_d (1 - p_d)`` with
-``Δ = 1 / scale`` and ``p_d`` the fractional part of ``(x - lo) * scale`` (AdaQP, references 1.3
-and 7.1). The sender transmits ``scale`` itself (not ``1 / scale``) and ``lo``; the codes travel
-packed (:mod:`pallas_kernels.packing`), the uniforms come from a key
-(:mod:`pallas_kernels.random_bits`).
-
-Fixes over the AdaQP CUDA kernel, each covered by a test: codes are clamped to ``[0, L]`` (AdaQP
-has no upper clamp); rows with ``hi == lo``, or whose ``scale`` would overflow fp32 (``hi - lo <
-L / FLT_MAX``), get codes 0 and ``scale = 1``, so ``x̂ = lo`` and nothing is NaN or inf (AdaQP
-relies on CUDA's ``fmax(NaN, 0) = 0``); the row max gets ``q = L`` deterministically (fp32
-parameters), so the row's min and max reconstruct to fp32 rounding; the packed block is exactly
-``ceil(N / k) * D`` bytes; randomness comes from an explicit key, not a global generator. The
-rounding is done in fixed point, bit-identical across backends (:func:`quantize_codes_reference`),
-and bf16 parameters are rounded before the codes are computed, so the message stays unbiased
-(:func:`pallas_kernels.quantize.quantize`).
-
-Inputs must be finite; a row whose range overflows fp32 is not supported. Codes stay in range
-for any input. `quantize_rows` and `dequantize_rows` hold the math once: the references apply
-them to whole arrays, the Pallas kernels (:mod:`pallas_kernels.quantize`) to tiles, with only
-elementwise ops, reshapes, iotas and row reductions (what Triton lowers), so the kernels equal
-the references bit for bit for the same key.
-
-Shapes:
-  x: f32[N, D] -> packed: uint8[ceil(N / k), D], scale: P[N], lo: P[N] (P = ``param_dtype``);
-  dequantize: (uint8[ceil(N / k), D], P[N], P[N]) -> f32[N, D].
+so ``E[x̂] = x`` (AdaQP, references 1.3 and 7.1). Fixes over the AdaQP CUDA kernel, each
+covered by a test: codes are clamped to ``[0, L]``; rows with ``hi == lo``, or whose ``scale``
+would overflow fp32, get codes 0 and ``scale = 1`` (no NaN or inf); the row max gets ``q = L``
+(fp32 parameters); the packed block is exactly ``ceil(N / k) * D`` bytes; randomness comes from
+an explicit key; the rounding is fixed point (:func:`quantize_codes_reference`); bf16
+parameters are rounded before the codes (:func:`pallas_kernels.quantize.quantize`). Inputs must
+be finite. `quantize_rows` and `dequantize_rows` hold the math once, in ops Triton lowers, for
+the references (whole arrays) and the kernels (tiles) alike.
 """
 
 from __future__ import annotations
@@ -56,37 +39,6 @@ _PARAM_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.bfloat16))
 _FLT_INF = float("inf")
 
 
-# ----------------------------------------------------------------------------------------------
-# Argument checks (shared with the kernels)
-
-
-def _check_param_dtype(param_dtype) -> np.dtype:
-    try:
-        dtype = np.dtype(param_dtype)
-    except TypeError:
-        dtype = None
-    if dtype not in _PARAM_DTYPES:
-        raise ValueError(f"param_dtype must be float32 or bfloat16, got {param_dtype!r}")
-    return dtype
-
-
-def _check_x(x, name: str = "x"):
-    if x.ndim != 2:
-        raise ValueError(f"{name} must have rank 2 [N, D], got shape {x.shape}")
-    if x.dtype != jnp.float32:
-        raise ValueError(f"{name} must be float32, got {x.dtype}")
-    if x.shape[1] == 0:
-        raise ValueError(f"{name} must have at least one column (D >= 1), got shape {x.shape}")
-
-
-def _check_uniforms(uniforms, x):
-    if uniforms.shape != x.shape or uniforms.dtype != jnp.float32:
-        raise ValueError(
-            f"uniforms must be float32 of the shape of x {x.shape}, got {uniforms.dtype}"
-            f"{list(uniforms.shape)}"
-        )
-
-
 def check_quantize_args(x, bits, key, uniforms, param_dtype) -> tuple[int, np.dtype]:
     """``(bits, param_dtype)`` of a quantize call, validated with ``x`` and its randomness.
 
@@ -95,13 +47,26 @@ def check_quantize_args(x, bits, key, uniforms, param_dtype) -> tuple[int, np.dt
         of ``key`` and ``uniforms``, or ``uniforms`` not of the shape of ``x``.
     """
     bits = check_bits(bits)
-    param_dtype = _check_param_dtype(param_dtype)
-    _check_x(x)
+    try:
+        dtype = np.dtype(param_dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in _PARAM_DTYPES:
+        raise ValueError(f"param_dtype must be float32 or bfloat16, got {param_dtype!r}")
+    if x.ndim != 2:
+        raise ValueError(f"x must have rank 2 [N, D], got shape {x.shape}")
+    if x.dtype != jnp.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    if x.shape[1] == 0:
+        raise ValueError(f"x must have at least one column (D >= 1), got shape {x.shape}")
     if (key is None) == (uniforms is None):
         raise ValueError("pass exactly one of key and uniforms")
-    if uniforms is not None:
-        _check_uniforms(uniforms, x)
-    return bits, param_dtype
+    if uniforms is not None and (uniforms.shape != x.shape or uniforms.dtype != jnp.float32):
+        raise ValueError(
+            f"uniforms must be float32 of the shape of x {x.shape}, got {uniforms.dtype}"
+            f"{list(uniforms.shape)}"
+        )
+    return bits, dtype
 
 
 def check_params(scale, lo, num_rows: int):
@@ -116,10 +81,6 @@ def check_params(scale, lo, num_rows: int):
                 f"{name} must be float32 or bfloat16 of shape ({num_rows},), got "
                 f"{v.dtype}{list(v.shape)}"
             )
-
-
-# ----------------------------------------------------------------------------------------------
-# Row math: the references on whole arrays, the kernels on tiles
 
 
 def _divide(a, b, ieee_asm: bool):
@@ -154,19 +115,12 @@ def _bf16_truncate(v):
 
 
 def quantize_rows(x, uints, bits: int, bf16_params: bool, ieee_asm: bool, valid_cols=None):
-    """Codes and parameters of a row block.
+    """Codes and parameters of a row block: ``x: f32[R, C]`` and random ``uints: i32[R, C]`` in
+    ``[0, 2^R)`` -> ``(codes i32[R, C] in [0, L], scale f32[R], lo f32[R])``.
 
-    Args:
-      x: ``f32[R, C]``; columns where ``valid_cols`` is False are ignored.
-      uints: ``i32[R, C]`` random integers in ``[0, 2^R)``.
-      bits: the bit-width.
-      bf16_params: round ``lo`` and ``scale`` to bf16 (downward) before computing the codes.
-      ieee_asm: use inline PTX for the IEEE division (Triton kernels only).
-      valid_cols: ``bool[1, C]`` or None (all valid).
-
-    Returns:
-      ``(codes i32[R, C] in [0, L], scale f32[R], lo f32[R])``; with ``bf16_params`` the two
-      parameter vectors hold bf16-representable values.
+    ``bf16_params`` rounds ``lo`` and ``scale`` down to bf16 before the codes are computed;
+    ``ieee_asm`` divides by inline PTX (Triton kernels only); columns where ``valid_cols``
+    (``bool[1, C]``, None: all) is False are ignored.
     """
     levels = 2**bits - 1
     r = uniform_bits(bits)
@@ -201,17 +155,12 @@ def quantize_rows(x, uints, bits: int, bf16_params: bool, ieee_asm: bool, valid_
 def dequantize_rows(codes, scale, lo, ieee_asm: bool):
     """``x̂ = q * (1 / scale) + lo``: ``codes u32[R, C]``, ``scale, lo: f32[R]`` -> ``f32[R, C]``.
 
-    One reciprocal per row, not a division per element: XLA rewrites ``a / broadcast(b)`` into
-    that form anyway, so writing it out keeps every backend on the same operations (up to the
-    GPU's fused multiply-add: 1 ulp).
+    One reciprocal per row (XLA rewrites ``a / broadcast(b)`` so anyway), which keeps every
+    backend on the same operations, up to the GPU's fused multiply-add (1 ulp).
     """
     q = codes.astype(jnp.int32).astype(jnp.float32)
     step = _divide(jnp.ones_like(scale), scale, ieee_asm)
     return q * step[:, None] + lo[:, None]
-
-
-# ----------------------------------------------------------------------------------------------
-# References
 
 
 @functools.partial(jax.jit, static_argnames=("bits", "param_dtype"))
@@ -220,40 +169,20 @@ def quantize_codes_reference(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Unpacked codes with explicit uniforms (pure ``jnp``).
 
-    **Exact, portable rounding.** The rounding is done in fixed point, so that the only
-    floating-point operations that decide a code are one subtraction and one multiplication
-    (identical on every IEEE backend, and immune to FMA contraction)::
+    **Exact, portable rounding** in fixed point: only one subtraction and one multiplication
+    decide a code (identical on every IEEE backend, immune to FMA contraction)::
 
         t = clip(round((x - lo) * scale * 2^R), 0, L * 2^R)        q = (t + U) >> R
 
-    This equals ``floor(y + u)`` with ``y = t / 2^R`` and ``u = U / 2^R``, and ``E[q] = t / 2^R``
-    exactly, so the bias is at most ``2^-(R+1)`` steps (``2^-17`` at 2 bits, ``2^-24`` at 4 and
-    8 bits), far below the fp32 rounding of ``y`` itself at 8 bits. On GPU the per-row
-    ``L / (hi - lo)`` uses IEEE division (``div.rn.f32``; Triton's default ``/`` is the
-    approximate ``div.full.f32``), so the Pallas kernel produces the same codes as the reference
-    for the same key, bit for bit (on one platform: XLA on CPU flushes denormals to zero, so rows
-    whose spread is denormal can quantize differently on another platform). The receiver
-    computes ``x̂ = q * (1 / scale) + lo`` with one reciprocal per row (XLA rewrites a division by
-    a broadcast row vector into this form anyway); backends agree on ``x̂`` to 1 ulp (a GPU fuses
-    the multiply-add).
+    This is ``floor(y + u)`` with ``y = t / 2^R``, ``u = U / 2^R``, and ``E[q] = t / 2^R``: a
+    bias of at most ``2^-(R+1)`` steps. On GPU ``L / (hi - lo)`` uses IEEE division
+    (``div.rn.f32``), so the kernel's codes equal the reference's bit for bit on one platform
+    (XLA on CPU flushes denormals, so a denormal spread may differ across platforms).
 
-    Args:
-      x: ``f32[N, D]``.
-      bits: 2, 4 or 8.
-      uniforms: ``f32[N, D]`` in ``[0, 1)``, used at ``R`` bits (``floor(u * 2^R)``, clamped, so
-        ``u = 1`` behaves as the largest draw).
-      param_dtype: float32 or bfloat16 (:func:`quantize`).
-
-    Returns:
-      ``(codes uint8[N, D], scale P[N], lo P[N])``.
-
-    Raises:
-      ValueError: bad ``bits``, ``param_dtype``, or shapes/dtypes.
+    ``x, uniforms: f32[N, D]`` (``u`` used as ``floor(u * 2^R)``, clamped) ->
+    ``(codes uint8[N, D], scale P[N], lo P[N])``; ValueError on bad arguments.
     """
-    bits = check_bits(bits)
-    param_dtype = _check_param_dtype(param_dtype)
-    _check_x(x)
-    _check_uniforms(uniforms, x)
+    bits, param_dtype = check_quantize_args(x, bits, None, uniforms, param_dtype)
     codes, scale, lo = quantize_rows(
         x, uniform_ints_from_uniforms(uniforms, bits), bits, param_dtype != jnp.float32, False
     )

@@ -1,36 +1,18 @@
 """Counter-based random bits for stochastic rounding: Threefry-2x32 of (row group, column).
 
-The quantizer (:mod:`pallas_kernels.quantize_ref`) rounds with uniforms ``u = U / 2^R``. They are
-not drawn into an array: each element's integer ``U`` is a hash of its position under a seed, so
-the Pallas kernel evaluates it in registers and a quantize pass reads ``x`` once and writes the
-packed bytes, with no uniform array in memory. The functions here are elementwise ops, iotas and
-reshapes, applied by the reference to whole arrays and by the kernel to tiles, so both draw the
-same bits.
+The quantizer rounds with ``u = U / 2^R``, each ``U`` a hash of its position under a seed (two
+words from the key, `seed_words`), so the Pallas kernel computes it in registers and the
+reference, with the same functions on whole arrays, draws the same bits. Rows are taken in draw
+groups of ``m = 4`` (``b = 2``) or ``2`` (``b = 4, 8``); group ``h = n // m`` and column ``d``
+give ``(w0, w1) = threefry2x32(s, (h, d))`` (20 rounds, as ``jax.random``), of which row ``n``
+takes ``R`` random bits:
 
-**Seed.** A PRNG key becomes two seed words ``s`` (`seed_words`): the Threefry hash of the key's
-two data words at a fixed counter (a domain tag, which keeps the stream apart from
-``jax.random`` draws with the same key; keys of other implementations first draw two words with
-``jax.random.bits``).
+* ``b = 2`` (``R = 16``): the 16-bit half ``(n % 4) % 2`` of word ``(n % 4) // 2``, low first;
+* ``b = 4, 8`` (``R = 23``): the top 23 bits of word ``n % 2``; 23 is the most that keeps the
+  fixed-point sum ``t + U <= (L + 1) * 2^R - 1`` within int32 at 8 bits.
 
-**Stream.** Rows are taken in draw groups of ``m = 4`` (``b = 2``) or ``m = 2`` (``b = 4, 8``);
-for group ``h = n // m`` and column ``d`` one Threefry-2x32 block (20 rounds, the hash behind
-``jax.random``) gives two words ``(w0, w1) = threefry2x32(s, (h, d))``. Row ``n`` draws an
-integer ``U`` with ``R`` random bits:
-
-* ``b = 2`` (``R = 16``): the 16-bit half ``(n % 4) % 2`` of word ``(n % 4) // 2``, low half
-  first;
-* ``b = 4, 8`` (``R = 23``): the top 23 bits of word ``n % 2``;
-
-and ``u = U / 2^R``. ``R = 23`` is the most that keeps the fixed-point sum of the rounding,
-``t + U <= (L + 1) * 2^R - 1``, within int32 at 8 bits (there it is ``2^31 - 1``).
-
-**Reproducibility.** The stream depends only on ``(s, n, d, b)``: a fixed key reproduces
-bit-identical packets, the rows of a prefix get the same codes, and different devices, layers,
-directions and steps must use different keys (``jax.random.fold_in``; the caller does this).
-
-Shapes:
-  seed_words: key -> ``u32[2]``; uniform_ints: ``u32[G, C]`` twice -> ``i32[G * m, C]``;
-  random_uniforms: ``(key, (N, D), b) -> f32[N, D]`` on the grid ``{0, ..., 2^R - 1} / 2^R``.
+The stream depends only on ``(s, n, d, b)``: devices, layers, directions and steps must use
+different keys (``jax.random.fold_in``).
 """
 
 from __future__ import annotations
@@ -101,15 +83,9 @@ def uniform_ints_from_uniforms(u, bits: int):
 
 
 def seed_words(key):
-    """Two uint32 seed words from a single PRNG key (typed, or raw ``uint32[2]``).
-
-    A Threefry key's two data words are hashed once more at a fixed counter, which keeps the
-    quantization stream apart from ``jax.random`` draws made with the same key (other key
-    implementations first draw two words with ``jax.random.bits``).
-
-    Raises:
-      ValueError: ``key`` is not a single PRNG key.
-    """
+    """Two uint32 seed words from a single PRNG key (typed, or raw ``uint32[2]``; ValueError
+    otherwise): the key's two data words hashed at a fixed counter (a domain tag, apart from
+    ``jax.random`` draws with the same key); other key implementations first draw two words."""
     key = jnp.asarray(key)
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     if (typed and key.shape != ()) or (
@@ -138,12 +114,8 @@ def random_uniforms(key: jax.Array, shape: tuple[int, int], bits: int) -> jax.Ar
     """The uniforms ``u = U / 2^R`` that `quantize` draws for ``key``, as ``f32[N, D]``.
 
     ``quantize(x, bits, key)`` equals ``quantize_reference(x, bits, uniforms=random_uniforms(key,
-    x.shape, bits))`` bit for bit; useful for tests and analysis. The values lie on the grid
-    ``{0, 1, ..., 2^R - 1} / 2^R`` (``R = 16`` at 2 bits, 23 otherwise); the module docstring
-    gives the stream.
-
-    Raises:
-      ValueError: bad ``bits`` or ``key``.
+    x.shape, bits))`` bit for bit. The values lie on the grid ``{0, 1, ..., 2^R - 1} / 2^R``
+    (ValueError for a bad ``bits`` or ``key``).
     """
     bits = check_bits(bits)
     n, d = shape

@@ -1,21 +1,18 @@
 """What the 1D block-row methods share (:class:`~jaxgraph.comm.cagnet.CAGNET`,
 :class:`~jaxgraph.comm.sancus.Sancus`, :class:`~jaxgraph.comm.skipg.SkipG`).
 
-They run on the block-row layout of :func:`jaxgraph.partition.build_block_halo_plan`: device
-``i`` owns block ``i`` (``B`` padded rows) and its halo is every other block, slot ``r - 1``
-holding block ``(i - r) mod P``; the models multiply the delivered blocks by the device's block
-row of ``Â``. A block-row method's ``quantize`` is ``None`` (fp32), a fixed width (2, 4, 8;
-32 takes the quantized byte path exactly, :mod:`jaxgraph.comm.qbroadcast`) with an optional
-backward width ``quantize_grad``, or widths per owner block (``"random"`` / ``"adaptive"``,
-:mod:`jaxgraph.comm.blockwidths`) with their ``period`` and ``assign``. This module validates
-those settings once for all three, builds their host half, and keeps the adaptive widths'
-traces in ``comm_state``.
+They run on the layout of :func:`jaxgraph.partition.build_block_halo_plan` (device ``i`` owns
+block ``i``; halo slot ``r - 1`` holds block ``(i - r) mod P``). Their ``quantize`` is ``None``
+(fp32), a fixed width with an optional backward width ``quantize_grad``
+(:mod:`jaxgraph.comm.qbroadcast`), or widths per owner block (``"random"`` / ``"adaptive"``,
+:mod:`jaxgraph.comm.blockwidths`) with their ``period`` and ``assign``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from jaxgraph.comm.adaptive import AssignConfig
@@ -82,35 +79,6 @@ def check_quantize_grad(owner: str, method) -> None:
             raise ValueError(f"{owner}.quantize_grad must be none, 2, 4, 8 or 32, got {grad!r}")
 
 
-def block_width_options(method, fields: tuple[str, ...]) -> tuple[str, ...]:
-    """The fields that take effect under ``method.quantize``."""
-    if method.quantize in BLOCK_MODES:
-        inert = ("quantize_grad",)
-    elif method.quantize is None:
-        inert = ("period", "assign", "quantize_grad")
-    else:
-        inert = ("period", "assign")
-    return tuple(f for f in fields if f not in inert)
-
-
-def _block_quantize(method, run: RunInfo) -> BlockQuantize:
-    """The widths per owner block of ``method`` in ``run``."""
-    return BlockQuantize(
-        method.quantize,
-        period=run.period(method.period),
-        seed=run.seed,
-        assign=method.assign,
-        norm=run.norm,
-    )
-
-
-def block_controller(method, plan, layer_dims, cost, run):
-    if method.quantize in BLOCK_MODES:
-        q = _block_quantize(method, run or RunInfo())
-        return BlockWidthsController(method, plan, layer_dims, q=q, cost=cost)
-    return Controller(method, plan, layer_dims)
-
-
 def fixed_widths(method) -> tuple[int, int]:
     """``(forward, backward)`` widths of a fixed-width quantized broadcast."""
     q = method.quantize
@@ -125,27 +93,70 @@ def quantize_label(method) -> str:
     return out
 
 
+def tree_bytes_here(per_rank, per_source, i, num_parts: int) -> tuple[jax.Array, jax.Array]:
+    """What device ``i`` sends under :func:`~jaxgraph.comm.qbroadcast.block_tree_bytes`: per
+    source, its share of that source's broadcast tree (``f32[P]``), and one hop of the
+    reduction of every block but its own (``f32[]``)."""
+    rel = (i - jnp.arange(num_parts)) % num_parts  # this device's rank in each tree
+    per_source = jnp.asarray(per_source, jnp.float32)
+    sends = jnp.asarray(per_rank, jnp.float32)[jnp.arange(num_parts), rel]
+    return sends, jnp.sum(per_source) - per_source[i]
+
+
 def _trace(layer_state):
     """The layer's :class:`~jaxgraph.comm.blockwidths.WidthTrace`, or None."""
     return None if layer_state.quant is None else layer_state.quant.trace
 
 
-def block_trace_probes(comm_state):
-    """Adaptive block widths trace the gradient partials each device sends: per layer, zeros
-    of the backward trace's shape, or None (nothing to trace anywhere: None)."""
-    traces = [_trace(st) for st in comm_state]
-    if all(t is None for t in traces):
-        return None
-    return tuple(None if t is None else jnp.zeros_like(t.bwd) for t in traces)
+class BlockWidthsMethod:
+    """The parts of :class:`~jaxgraph.comm.cagnet.CAGNET` and
+    :class:`~jaxgraph.comm.sancus.Sancus` that follow from their ``quantize`` settings."""
 
+    @property
+    def name(self) -> str:
+        """The method's label."""
+        return self.label()
 
-def absorb_block_traces(comm_state, probe_grads):
-    if probe_grads is None:
-        return comm_state
-    out = list(comm_state)
-    for layer, grads in enumerate(probe_grads):
-        if grads is not None:
-            st = out[layer]
-            trace = st.quant.trace._replace(bwd=st.quant.trace.bwd + grads)
-            out[layer] = st._replace(quant=st.quant._replace(trace=trace))
-    return tuple(out)
+    def options(self) -> tuple[str, ...]:
+        """The fields that take effect under ``quantize``."""
+        if self.quantize in BLOCK_MODES:
+            inert = ("quantize_grad",)
+        elif self.quantize is None:
+            inert = ("period", "assign", "quantize_grad")
+        else:
+            inert = ("period", "assign")
+        return tuple(f for f in super().options() if f not in inert)
+
+    def controller(self, plan, layer_dims, *, cost=None, run=None):
+        """The widths per owner block's controller, or the plain one."""
+        if self.quantize in BLOCK_MODES:
+            run = run or RunInfo()
+            q = BlockQuantize(
+                self.quantize,
+                period=run.period(self.period),
+                seed=run.seed,
+                assign=self.assign,
+                norm=run.norm,
+            )
+            return BlockWidthsController(self, plan, layer_dims, q=q, cost=cost)
+        return Controller(self, plan, layer_dims)
+
+    def probes(self, comm_state, num_layers):
+        """Adaptive block widths trace the gradient partials each device sends: per layer,
+        zeros of the backward trace's shape, or None (nothing to trace anywhere: None)."""
+        traces = [_trace(st) for st in comm_state]
+        if all(t is None for t in traces):
+            return None
+        return tuple(None if t is None else jnp.zeros_like(t.bwd) for t in traces)
+
+    def absorb_probes(self, comm_state, probe_grads):
+        """``comm_state`` with the backward traces added."""
+        if probe_grads is None:
+            return comm_state
+        out = list(comm_state)
+        for layer, grads in enumerate(probe_grads):
+            if grads is not None:
+                st = out[layer]
+                trace = st.quant.trace._replace(bwd=st.quant.trace.bwd + grads)
+                out[layer] = st._replace(quant=st.quant._replace(trace=trace))
+        return tuple(out)

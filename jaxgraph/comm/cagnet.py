@@ -15,15 +15,13 @@ from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.blockrow import (
     BLOCK_MODES,
     GRAD_SPELLING,
-    absorb_block_traces,
-    block_controller,
-    block_trace_probes,
-    block_width_options,
+    BlockWidthsMethod,
     check_block_plan,
     check_block_widths,
     fixed_widths,
     quantize_label,
     replace_layer,
+    tree_bytes_here,
 )
 from jaxgraph.comm.blockwidths import LayerWidths
 from jaxgraph.comm.broadcast import all_blocks_by_broadcast, broadcast_bytes
@@ -41,7 +39,7 @@ class CagnetLayer(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class CAGNET(Method, CommStrategy):
+class CAGNET(BlockWidthsMethod, Method, CommStrategy):
     """1D block-row training: every block broadcast from its owner at every layer, in both
     passes (CAGNET's 1D algorithm).
 
@@ -78,22 +76,12 @@ class CAGNET(Method, CommStrategy):
     def __post_init__(self):
         check_block_widths("cagnet", self)
 
-    def options(self) -> tuple[str, ...]:
-        return block_width_options(self, super().options())
-
     def label(self) -> str:
         return "cagnet" + quantize_label(self)
-
-    @property
-    def name(self) -> str:
-        return self.label()
 
     def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
         """The layers whose broadcasts are quantized: all of them."""
         return tuple(range(num_layers)) if self.quantize is not None else ()
-
-    def controller(self, plan, layer_dims, *, cost=None, run=None):
-        return block_controller(self, plan, layer_dims, cost, run)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         check_block_plan(plan, "CAGNET")
@@ -116,25 +104,15 @@ class CAGNET(Method, CommStrategy):
         per_block = self.quantize in BLOCK_MODES
         quant = comm_state[layer].quant if per_block else None
         bits, grad_bits = (quant.widths.fwd, quant.widths.bwd) if per_block else fixed_widths(self)
+        kw = dict(axis_name=axis_name, num_parts=num_parts)
         halo, _ = quantized_blocks(
-            h_local,
-            None,
-            None,
-            key,
-            bits=bits,
-            grad_bits=grad_bits,
-            axis_name=axis_name,
-            num_parts=num_parts,
-            probe=probe,
+            h_local, None, None, key, bits=bits, grad_bits=grad_bits, probe=probe, **kw
         )
         if per_block:  # what this device sends in every source's tree, at that tree's width
-            per_rank, per_source = block_tree_bytes(b, f, num_parts, bits, grad_bits)
+            tree_bytes = block_tree_bytes(b, f, num_parts, bits, grad_bits)
             i = jax.lax.axis_index(axis_name)
-            rel = (i - jnp.arange(num_parts)) % num_parts  # this device's rank in each tree
-            forward = jnp.sum(jnp.asarray(per_rank, jnp.float32)[jnp.arange(num_parts), rel])
-            # Every device but the owner sends one hop of each block's reduction.
-            per_source = jnp.asarray(per_source, jnp.float32)
-            backward = jnp.sum(per_source) - per_source[i]
+            sends, backward = tree_bytes_here(*tree_bytes, i, num_parts)
+            forward = jnp.sum(sends)
         else:
             _, forward = quantized_broadcast_bytes(b, f, num_parts, bits)
             _, backward = quantized_broadcast_bytes(b, f, num_parts, grad_bits)
@@ -144,12 +122,6 @@ class CAGNET(Method, CommStrategy):
             new = CagnetLayer(quant._replace(trace=trace))
             comm_state = replace_layer(comm_state, layer, new)
         return halo.reshape(-1, f), comm_state, nbytes
-
-    def probes(self, comm_state, num_layers):
-        return block_trace_probes(comm_state)
-
-    def absorb_probes(self, comm_state, probe_grads):
-        return absorb_block_traces(comm_state, probe_grads)
 
 
 __all__ = ["CAGNET"]

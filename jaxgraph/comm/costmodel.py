@@ -1,18 +1,14 @@
 """Per-pair transfer time model ``t = theta * MiB + gamma`` (AdaQP's cost model, fitted better).
 
 ``theta[s, r]`` (seconds per MiB) and ``gamma[s, r]`` (seconds) describe the ordered pair
-``sender s -> receiver r``; the diagonal is unused (0). The bit-width program of
-:mod:`jaxgraph.comm.assign` prices every channel with them.
+``sender s -> receiver r`` (diagonal unused: 0); :mod:`jaxgraph.comm.assign` prices every
+channel with them. Three sources:
 
-Three sources:
-
-* :meth:`CostModel.from_preset`: nominal figures of a named interconnect, uniform over the pairs
-  or, with ``nodes``/``inter``, a two-level topology (fast links inside a host, a slower network
-  between hosts). On the emulated CPU mesh a "transfer" is a memory copy, so a preset is how an
+* :meth:`CostModel.from_preset`: nominal figures of a named interconnect, uniform or two-level
+  (hosts). On the emulated CPU mesh a transfer is a memory copy, so a preset is how an
   experiment projects what a cluster would see.
-* :func:`fit`: least squares per pair over timed samples (several sizes, several repeats each),
-  ``theta >= 0`` and ``gamma >= 0`` (non-negative least squares). AdaQP fits one sample per size
-  with ``np.polyfit`` and no sign constraint (reference notes, sections 1.12 and 1.16).
+* :func:`fit`: non-negative least squares per pair over timed samples (AdaQP: ``np.polyfit`` of
+  one sample per size, no sign constraint; reference notes, sections 1.12 and 1.16).
 * :func:`measure`: times ``ppermute`` payloads on a real mesh and fits them.
 """
 
@@ -119,12 +115,9 @@ class CostModel:
         for name, a in (("theta", theta), ("gamma", gamma)):
             if not np.all(np.isfinite(a[off])) or np.any(a[off] < 0):
                 raise ValueError(f"{name} must be finite and non-negative off the diagonal")
-        np.fill_diagonal(theta, 0.0)
-        np.fill_diagonal(gamma, 0.0)
-        theta.setflags(write=False)
-        gamma.setflags(write=False)
-        object.__setattr__(self, "theta", theta)
-        object.__setattr__(self, "gamma", gamma)
+            np.fill_diagonal(a, 0.0)
+            a.setflags(write=False)
+            object.__setattr__(self, name, a)
 
     @property
     def num_parts(self) -> int:
@@ -167,25 +160,14 @@ class CostModel:
         nodes: int = 1,
         inter: str | None = None,
     ) -> CostModel:
-        """Nominal costs of a named interconnect (:data:`PRESETS`).
-
-        ``theta = 2^20 / bandwidth`` and ``gamma = alpha`` for every pair. With ``nodes > 1``
-        the ``num_parts`` devices are split over ``nodes`` hosts, ``num_parts / nodes`` each
-        (device ``d`` on host ``d // (num_parts / nodes)``), and pairs on different hosts use
-        the ``inter`` preset instead.
-
-        Args:
-          name: preset of the links (inside a host when ``nodes > 1``).
-          num_parts: ``P``.
-          scale: multiplies every time (theta and gamma), e.g. 2 for links that reach half
-            their nominal rate.
-          nodes: number of hosts.
-          inter: preset between hosts (required when ``nodes > 1``).
+        """Nominal costs of the ``name`` preset (:data:`PRESETS`): ``theta = 2^20 / bandwidth``
+        and ``gamma = alpha`` for every pair, times ``scale`` (e.g. 2 for links at half their
+        nominal rate). With ``nodes > 1`` device ``d`` is on host ``d // (num_parts / nodes)``,
+        and pairs on different hosts use the ``inter`` preset.
 
         Raises:
-          ValueError: unknown preset (the message lists the known ones), ``nodes`` not
-            dividing ``num_parts``, ``inter`` missing or given without ``nodes > 1``,
-            ``scale <= 0``.
+          ValueError: unknown preset (naming the known ones), ``nodes`` not dividing
+            ``num_parts``, ``inter`` without ``nodes > 1`` or missing, ``scale <= 0``.
         """
         intra = _preset(name)
         if num_parts < 1:
@@ -217,26 +199,22 @@ def _preset(name: str) -> Interconnect:
     return PRESETS[name]
 
 
-# ---------------------------------------------------------------------- fitting
-
-
 def fit_line(sizes_mib: np.ndarray, times_s: np.ndarray) -> tuple[float, float, float]:
-    """``time = theta * MiB + gamma`` by non-negative least squares over all samples.
-
-    The unconstrained least-squares line when its slope and intercept are non-negative;
-    otherwise the constrained optimum, e.g. ``theta = 0, gamma = mean(time)`` when the
-    unconstrained slope is negative (``scipy.optimize.nnls``).
-
-    Shapes:
-      ``sizes_mib: [N], times_s: [N]`` (repeats are separate samples) -> ``(theta, gamma,
-      rms residual)``.
-
-    Raises:
-      ValueError: lengths differ, fewer than 2 distinct sizes, negative or non-finite values.
-    """
+    """``time = theta * MiB + gamma`` by non-negative least squares over all samples
+    (``scipy.optimize.nnls``; e.g. ``theta = 0, gamma = mean(time)`` for a negative slope):
+    ``sizes_mib, times_s: [N]`` -> ``(theta, gamma, rms residual)``. ValueError for lengths
+    that differ, fewer than 2 distinct sizes, negative or non-finite values."""
     x = np.asarray(sizes_mib, np.float64).ravel()
     y = np.asarray(times_s, np.float64).ravel()
-    _check_samples(x, y)
+    if x.shape != y.shape:
+        raise ValueError(f"{x.size} sizes but {y.size} times: one time per size sample")
+    distinct = np.unique(x)
+    if distinct.size < 2:
+        raise ValueError(
+            f"a line needs at least 2 distinct sizes, got {distinct.size} ({distinct.tolist()})"
+        )
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))) or np.any(x < 0) or np.any(y < 0):
+        raise ValueError("sizes and times must be finite and non-negative")
     design = np.stack([x, np.ones_like(x)], axis=1)
     # Scale the columns to unit norm so that MiB-sized and byte-sized inputs condition alike.
     norms = np.linalg.norm(design, axis=0)
@@ -246,28 +224,13 @@ def fit_line(sizes_mib: np.ndarray, times_s: np.ndarray) -> tuple[float, float, 
     return float(theta), float(gamma), float(np.sqrt(np.mean(residual**2)))
 
 
-def _check_samples(x: np.ndarray, y: np.ndarray) -> None:
-    if x.shape != y.shape:
-        raise ValueError(f"{x.size} sizes but {y.size} times: one time per size sample")
-    if np.unique(x).size < 2:
-        raise ValueError(
-            f"a line needs at least 2 distinct sizes, got {np.unique(x).size} "
-            f"({np.unique(x).tolist()})"
-        )
-    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))) or np.any(x < 0) or np.any(y < 0):
-        raise ValueError("sizes and times must be finite and non-negative")
-
-
 def fit(sizes_mib: np.ndarray, times_s: np.ndarray) -> tuple[CostModel, np.ndarray]:
-    """Fits :func:`fit_line` for every ordered pair.
+    """Fits :func:`fit_line` for every ordered pair (ValueError as it, or for ``times_s`` not
+    ``[P, P, N]``).
 
     Shapes:
-      ``sizes_mib: [N]`` (shared by all pairs; repeated sizes are repeats), ``times_s: [P, P,
-      N]`` seconds (the diagonal is ignored and may hold anything) -> the :class:`CostModel`
-      and ``float64[P, P]`` RMS residuals in seconds (0 on the diagonal).
-
-    Raises:
-      ValueError: as :func:`fit_line`, or ``times_s`` not ``[P, P, N]``.
+      ``sizes_mib: [N]`` (shared by all pairs), ``times_s: [P, P, N]`` seconds (diagonal
+      ignored) -> the :class:`CostModel` and ``float64[P, P]`` RMS residuals (0 on the diagonal).
     """
     x = np.asarray(sizes_mib, np.float64).ravel()
     y = np.asarray(times_s, np.float64)
@@ -282,25 +245,15 @@ def fit(sizes_mib: np.ndarray, times_s: np.ndarray) -> tuple[CostModel, np.ndarr
     return CostModel(theta=theta, gamma=gamma, source="fit"), resid
 
 
-# ---------------------------------------------------------------------- measuring
-
-
 def measure_samples(
     mesh: Mesh, sizes_bytes: Sequence[int], repeats: int, axis_name: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Times ring-shift ``ppermute`` payloads on ``mesh``.
-
-    For every shift ``r = 1..P-1`` and size, one jitted ``shard_map`` program sends a
-    ``uint8[size]`` payload from every device ``d`` to ``(d + r) mod P`` at once. After one
-    warm-up (compilation) run it is timed ``repeats`` times to ``block_until_ready``. All ``P``
-    transfers of a shift run in the same collective, so per-pair times are not separable: the
-    program's wall time is attributed to every pair of that shift (the time of the shift's
-    slowest transfer, which is what a ring round costs).
-
-    Returns:
-      ``sizes_mib: float64[N]`` and ``times_s: float64[P, P, N]`` with ``N = len(sizes_bytes)
-      * repeats`` (diagonal 0).
-    """
+    """Times ring-shift ``ppermute`` payloads on ``mesh``: for every shift ``r = 1..P-1`` and
+    size, a ``uint8[size]`` payload from every device ``d`` to ``(d + r) mod P``, timed
+    ``repeats`` times after a warm-up. The ``P`` transfers of a shift run in one collective, so
+    its wall time (what a ring round costs) is attributed to every pair of that shift:
+    ``sizes_mib: float64[N]`` and ``times_s: float64[P, P, N]``, ``N = len(sizes_bytes) *
+    repeats``."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     sizes = [int(s) for s in sizes_bytes]
@@ -314,8 +267,7 @@ def measure_samples(
     for shift in range(1, p):
         perm = ring_perm(p, shift)
 
-        def body(x, perm=perm):
-            # x: u8[1, size] (this device's payload)
+        def body(x, perm=perm):  # x: u8[1, size], this device's payload
             return jax.lax.ppermute(x, axis, perm)
 
         program = jax.jit(
@@ -339,11 +291,8 @@ def measure(
     mesh: Mesh, sizes_bytes: Sequence[int], repeats: int = 3, axis_name: str | None = None
 ) -> CostModel:
     """A :class:`CostModel` fitted to ``ppermute`` timings on ``mesh`` (:func:`measure_samples`,
-    :func:`fit`). A one-device mesh has no pairs: all zeros.
-
-    Raises:
-      ValueError: fewer than 2 distinct sizes, ``repeats < 1``.
-    """
+    :func:`fit`); all zeros on one device. ValueError for fewer than 2 distinct sizes or
+    ``repeats < 1``."""
     if len(set(int(s) for s in sizes_bytes)) < 2:
         raise ValueError(f"measure needs at least 2 distinct sizes, got {list(sizes_bytes)}")
     sizes_mib, times = measure_samples(mesh, sizes_bytes, repeats, axis_name)
@@ -355,12 +304,4 @@ def measure(
     return dataclasses.replace(model, source=f"measured on {p} {platform} devices")
 
 
-__all__ = [
-    "PRESETS",
-    "CostModel",
-    "Interconnect",
-    "fit",
-    "fit_line",
-    "measure",
-    "measure_samples",
-]
+__all__ = ["PRESETS", "CostModel", "Interconnect", "fit", "fit_line", "measure", "measure_samples"]

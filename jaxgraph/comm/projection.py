@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxgraph.comm.costmodel import MIB
-from jaxgraph.partition.buckets import BitAssignment
+from jaxgraph.partition.buckets import BitAssignment, wire_bytes
 from jaxgraph.partition.halo import HaloPlan
 
 
@@ -18,10 +18,8 @@ def projected_comm_time(
     plan: HaloPlan, assignment: BitAssignment, layer_dims: Sequence[int], cost
 ) -> dict[str, float]:
     """Modelled seconds per exchange key (``fwd{l}``, ``bwd{l}``) of one training step under
-    ``cost``: per ring round the slowest channel, ``max_c (theta_c * MiB_c + gamma_c)`` over
-    channels that carry rows (real rows only: codes and fp32 parameters, or fp32 rows at
-    32 bits), summed over rounds: the program's time model, applied to any assignment
-    (Vanilla is the uniform 32-bit one)."""
+    ``cost``: per ring round ``max_c (theta_c * MiB_c + gamma_c)`` over the channels that carry
+    rows (real rows only), summed over rounds (Vanilla is the uniform 32-bit assignment)."""
     return comm_time(channel_bytes(plan, assignment, layer_dims), cost)
 
 
@@ -30,8 +28,6 @@ def channel_bytes(
 ) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Per exchange key, per ring round: ``(senders, receivers, bytes)`` of the channels that
     carry rows (the cost-model-free part of :func:`projected_comm_time`)."""
-    from jaxgraph.partition.buckets import wire_bytes
-
     p = plan.num_parts
     out = {}
     for name, direction in (("fwd", assignment.fwd), ("bwd", assignment.bwd)):
@@ -74,9 +70,6 @@ def comm_time(channel_bytes, cost) -> dict[str, float]:
                 total += max(0.0, float(np.max(times)))
         out[key] = total
     return out
-
-
-# ---------------------------------------------------------------------- helpers
 
 
 __all__ = ["channel_bytes", "comm_time", "projected_comm_time"]

@@ -1,37 +1,18 @@
 """Quantized block broadcasts for the 1D block-row layout (CAGNET, Sancus).
 
-The broadcast trees of :mod:`jaxgraph.comm.broadcast` carry stochastically quantized blocks
-here, with the kernels and wire format of the halo exchange (:mod:`jaxgraph.comm.quantized`):
-per block, the packed ``b``-bit codes followed by each row's fp32 ``(scale, lo)``
-(:func:`encode_block`; ``b = 32`` sends the fp32 rows' bytes, exactly).
+The trees of :mod:`jaxgraph.comm.broadcast` carry blocks encoded as the halo exchange's wire
+format: packed ``b``-bit codes, then each row's fp32 ``(scale, lo)`` (:func:`encode_block`;
+``b = 32`` sends the fp32 rows). **Forward:** the owner encodes its block once, so every
+receiver (and the owner) holds the same decoded block. **Backward:** every hop of the reversed
+tree sends its running partial sum encoded at the gradient width (fresh noise per device, source
+and round): unbiased, the hops' variances summed; the gradient through the forward quantization
+is the identity.
 
-**Forward.** The owner encodes its block once, with its own key, and the encoded bytes travel
-down the binomial tree unchanged; every receiver decodes the same bytes, so all receivers
-(and the owner, which decodes its own encoding) hold the same block. A broadcast sends one
-encoding to every receiver, so its width is the owner's, per block and layer.
-
-**Backward.** The gradient partials ``Â_ijᵀ G_i`` of block ``j`` are summed along the
-reversed tree, as in :func:`~jaxgraph.comm.broadcast.reduce_to_source`; here every hop sends
-its running partial sum encoded at the gradient width (fresh noise per device, source and
-round). Stochastic rounding is unbiased (``E[x̂] = x`` per element), so each hop's decoded
-sum is an unbiased estimate of the exact one and the owner's total is unbiased too; its
-variance is the sum of the hops' quantization variances. The gradient through the forward
-quantization is the identity (the straight-through estimator of the halo exchange).
-
-**Widths per owner.** ``bits`` (and ``grad_bits``) is one width for every block, or a tuple
-of ``P``: block ``j`` travels at ``bits[j]`` (random or adaptive widths,
-:mod:`jaxgraph.comm.blockwidths`). Every device then encodes its block once per distinct width
-of the tuple (the program is the same on every device) and sends the owner's encoding; with
-equal widths this is the single-width path, bit for bit.
-
-**Traces.** Given a probe (``f32[P-1]``, zeros), the backward pass returns as its cotangent,
-per halo slot, the summed row-range variance ``(F / 6) (max - min)^2`` of this device's
-gradient partial for that block: what it feeds into the block's reduction (the statistic
-adaptive widths are chosen from).
-
-Bytes: one block of ``B`` rows of width ``F`` at ``b`` bits is :func:`block_bytes`
-(``wire_bytes(B, F, b)``); a broadcast or a reduction moves ``(P - 1)`` of them over the mesh
-(:func:`block_tree_bytes` per device, for widths per owner).
+**Widths per owner.** ``bits`` (and ``grad_bits``) is one width or a tuple of ``P``: block ``j``
+travels at ``bits[j]`` (:mod:`jaxgraph.comm.blockwidths`); every device encodes its block once
+per distinct width (the program is the same everywhere) and sends the owner's encoding.
+**Traces:** given a probe (``f32[P-1]``), the backward pass returns as its cotangent, per halo
+slot, the summed row-range variance ``(F / 6) (max - min)^2`` of this device's partial.
 """
 
 from __future__ import annotations
@@ -43,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.comm.broadcast import (
+    _tree_reduce,
+    broadcast_bytes,
     broadcast_forward,
     reduce_halo_to_owners,
     skip_forward,
-    tree_perm,
-    tree_rounds,
     tree_sends,
 )
 from jaxgraph.comm.qring import row_range_variance
@@ -83,15 +64,9 @@ def _bytes_of(x: jax.Array) -> jax.Array:
 
 
 def encode_block(x: jax.Array, bits: int, key: jax.Array) -> jax.Array:
-    """``x`` on the wire: ``uint8[block_bytes(B, F, bits)]``.
-
-    At 2, 4 or 8 bits the packed codes of :func:`pallas_kernels.quantize.quantize` (``key``
-    draws the rounding noise), then each row's fp32 ``scale`` and ``lo``; at 32 bits the fp32
-    rows' bytes.
-
-    Shapes:
-      ``x: f32[B, F]`` -> ``uint8[L]``.
-    """
+    """``x: f32[B, F]`` on the wire, ``uint8[block_bytes(B, F, bits)]``: the packed codes of
+    :func:`pallas_kernels.quantize.quantize` (noise from ``key``) and each row's fp32 ``scale``
+    and ``lo``; at 32 bits the fp32 rows' bytes."""
     if bits == 32:
         return _bytes_of(x)
     packed, scale, lo = quantize(x.astype(jnp.float32), bits, key)
@@ -118,17 +93,13 @@ def quantized_reduce_to_source(
       ``g: f32[B, F]`` -> ``f32[B, F]``: an unbiased estimate of ``sum_i g_i`` on the source,
       zeros elsewhere.
     """
-    if num_parts == 1:
-        return g
     rows, dim = g.shape
-    rank = (jax.lax.axis_index(axis_name) - source) % num_parts
-    acc = g
-    for k in reversed(tree_rounds(num_parts)):
-        back = [(dst, src) for src, dst in tree_perm(num_parts, source, k)]
+
+    def hop(acc, k, perm):
         wire = encode_block(acc, bits, jax.random.fold_in(key, k))
-        recv = decode_block(jax.lax.ppermute(wire, axis_name, back), bits, rows, dim)
-        acc = jnp.where((rank < k) & (rank + k < num_parts), acc + recv, acc)
-    return jnp.where(rank == 0, acc, jnp.zeros_like(acc))
+        return decode_block(jax.lax.ppermute(wire, axis_name, perm), bits, rows, dim)
+
+    return _tree_reduce(g, source, axis_name, num_parts, hop)
 
 
 def quantized_reduce_halo_to_owners(
@@ -181,14 +152,9 @@ def quantized_blocks(
     """The other blocks, broadcast quantized (fresh from active owners, cached otherwise), and
     this device's own block as every receiver decodes it.
 
-    Forward: the owner encodes its block once (key ``fold_in(key, i)``); for each source ``j``
-    a ``lax.cond`` on ``active[j]`` (device-invariant) broadcasts and decodes block ``j`` or
-    reads the cache; ``active=None`` broadcasts every block (CAGNET). Backward: every halo
-    slot's gradient returns to its owner by :func:`quantized_reduce_halo_to_owners` at
-    ``grad_bits``, whether the slot was fresh or cached (Sancus's backward always travels);
-    the forward quantization passes gradients unchanged. The cache and the decoded own block
-    get no gradient. ``bits`` and ``grad_bits``: one width, or one per source block. ``probe``
-    (optional): its cotangent is the backward trace of the module docstring.
+    As :func:`~jaxgraph.comm.broadcast.skip_broadcast_blocks` (``active=None``: all, CAGNET),
+    owner key ``fold_in(key, i)``; backward by :func:`quantized_reduce_halo_to_owners` at
+    ``grad_bits``. ``probe``'s cotangent is the backward trace (module docstring).
 
     Shapes:
       ``h_local: f32[B, F]``, ``cache: f32[P-1, B, F]`` or ``None``, ``active: bool[P]`` or
@@ -260,14 +226,9 @@ _quantized_blocks.defvjp(_blocks_fwd, _blocks_bwd)
 def block_tree_bytes(
     rows: int, dim: int, num_parts: int, bits, grad_bits
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Bytes of the broadcast trees and the reduction trees under widths per owner.
-
-    Returns:
-      ``(forward [P, P], backward [P])``: ``forward[j, a]`` the bytes relative rank ``a`` of
-      source ``j``'s tree sends when block ``j`` is broadcast (at ``bits[j]``);
-      ``backward[j]`` the bytes every device but ``j`` sends in ``j``'s reduction (one hop
-      each, at ``grad_bits[j]``).
-    """
+    """Bytes of the trees under widths per owner: ``forward[j, a]`` (``[P, P]``), what relative
+    rank ``a`` sends in block ``j``'s broadcast, and ``backward[j]`` (``[P]``), what every
+    device but ``j`` sends in ``j``'s reduction (one hop)."""
     sends = tree_sends(num_parts).astype(np.int64)
     fwd = per_source(bits, num_parts)
     bwd = per_source(grad_bits, num_parts)
@@ -281,8 +242,7 @@ def quantized_broadcast_bytes(
 ) -> tuple[np.ndarray, int]:
     """``(per_rank, total)`` as :func:`~jaxgraph.comm.broadcast.broadcast_bytes`, for one
     block encoded at ``bits``."""
-    block = block_bytes(rows, dim, bits)
-    return tree_sends(num_parts).astype(np.int64) * block, (num_parts - 1) * block
+    return broadcast_bytes((block_bytes(rows, dim, bits),), num_parts, 1)
 
 
 __all__ = [

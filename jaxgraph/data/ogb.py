@@ -1,11 +1,9 @@
-"""OGB node-property-prediction directories, read as the ``ogb`` package lays them out.
+"""OGB node-property-prediction directories, read without the ``ogb`` package or a download.
 
 The layout (e.g. ``ogbn-arxiv/``): ``raw/edge.csv.gz`` (``src,dst`` per line, no header),
 optional ``raw/num-node-list.csv.gz``, ``raw/node-feat.csv.gz``, ``raw/node-label.csv.gz`` (an
 empty or ``nan`` label = unlabelled) and ``split/<name>/{train,valid,test}.csv.gz`` (node
-indices). :func:`read_ogb` is the ``"ogb"`` format of :func:`jaxgraph.data.read_graph`;
-:func:`check_ogb_dir` tells whether a directory has the layout. Nothing is downloaded and the
-``ogb`` package is not needed.
+indices).
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ def read_ogb(path: Path, directed, notes: list[str], name: str) -> Graph:
     edges = _read_numeric(edge_file, np.int64, "two node indices 'src,dst'", ncols=2)
     used = {"edge.csv.gz"}
     sizes = []
-    num_nodes = None
     if (raw / "num-node-list.csv.gz").is_file():
         used.add("num-node-list.csv.gz")
         counts = _read_numeric(raw / "num-node-list.csv.gz", np.int64, "a node count", ncols=1)
@@ -42,8 +39,7 @@ def read_ogb(path: Path, directed, notes: list[str], name: str) -> Graph:
                 f"{raw / 'num-node-list.csv.gz'}: {counts.shape[0]} graphs; only single-graph "
                 "(node-property prediction) datasets are supported"
             )
-        num_nodes = int(counts[0, 0])
-        sizes.append(("raw/num-node-list.csv.gz", num_nodes))
+        sizes.append(("raw/num-node-list.csv.gz", int(counts[0, 0])))
     x = None
     if (raw / "node-feat.csv.gz").is_file():
         used.add("node-feat.csv.gz")
@@ -85,10 +81,7 @@ def read_ogb(path: Path, directed, notes: list[str], name: str) -> Graph:
 
 def _read_labels(path: Path) -> np.ndarray:
     """``int32[N]`` (or ``bool[N, C]`` for several tasks); an empty or ``nan`` entry -> ``-1``.
-
-    Read line by line rather than with ``np.loadtxt``: an unlabelled node of a one-column file
-    is an empty line, which ``loadtxt`` would skip.
-    """
+    Not read with ``np.loadtxt``, which would skip the empty line of an unlabelled node."""
     lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -126,17 +119,15 @@ def _read_labels(path: Path) -> np.ndarray:
 
 
 def _read_split(path: Path, n: int, y, notes: list[str]) -> dict[str, np.ndarray]:
-    split_root = path / "split"
-    if not split_root.is_dir():
-        return {}
-    names = sorted(d.name for d in split_root.iterdir() if d.is_dir())
+    root = path / "split"
+    names = sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     if not names:
         return {}
     if len(names) > 1:
-        notes.append(f"used the split {names[0]!r} of {split_root}; ignored {names[1:]}")
+        notes.append(f"used the split {names[0]!r} of {root}; ignored {names[1:]}")
     masks = {}
     for stem, key in _SPLIT_FILES:
-        f = split_root / names[0] / f"{stem}.csv.gz"
+        f = root / names[0] / f"{stem}.csv.gz"
         if not f.is_file():
             raise GraphFileError(f"{f}: missing ({stem} nodes of the split {names[0]!r})")
         idx = _read_numeric(f, np.int64, "one node index per line", ncols=1)[:, 0]

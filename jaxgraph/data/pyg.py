@@ -1,12 +1,10 @@
 """PyTorch-Geometric-style ``.npz`` graphs: one archive layout, read two ways and written once.
 
-The layout: ``edge_index`` ``int[2, E]`` (row 0 = source, row 1 = destination), optional ``x``,
-``y``, ``train_mask`` / ``val_mask`` / ``test_mask`` and ``num_nodes``; other arrays are ignored
-and pickles refused. :func:`from_pyg_npz` converts an archive as told (``symmetrize``,
-``self_loops``); :func:`read_pyg` is the ``"pyg"`` format of :func:`jaxgraph.data.read_graph`,
-which checks the ids, notes what it changed and leaves the rest to
-:func:`~jaxgraph.data.assemble.assemble`. Both find the node count with :func:`pyg_num_nodes`.
-:func:`save_pyg_npz` writes the layout.
+The layout: ``edge_index`` ``int[2, E]`` (row 0 = source, row 1 = destination), optional ``x``
+(features), ``y`` (``int[N]`` labels, ``-1`` = unlabelled, or ``[N, C]`` multi-label
+indicators), ``train_mask`` / ``val_mask`` / ``test_mask`` and ``num_nodes``; other arrays are
+ignored and pickles refused. :func:`from_pyg_npz` converts an archive as told; :func:`read_pyg`
+is the ``"pyg"`` format of :func:`jaxgraph.data.read_graph`.
 """
 
 from __future__ import annotations
@@ -41,13 +39,11 @@ def pyg_edge_index(arrays: Mapping[str, np.ndarray], path: Path) -> np.ndarray:
 def pyg_num_nodes(arrays: Mapping[str, np.ndarray], ei: np.ndarray) -> tuple[int, str]:
     """The node count of a PyG-style archive and where it comes from: ``num_nodes``, else the
     rows of ``x`` or of ``y``, else ``max(edge_index) + 1``."""
-    x, y = arrays.get("x"), arrays.get("y")
     if "num_nodes" in arrays:
         return int(arrays["num_nodes"]), "'num_nodes'"
-    if x is not None:
-        return int(x.shape[0]), "the rows of 'x'"
-    if y is not None:
-        return int(y.shape[0]), "the rows of 'y'"
+    for key in ("x", "y"):
+        if key in arrays:
+            return int(arrays[key].shape[0]), f"the rows of {key!r}"
     return (int(ei.max()) + 1 if ei.size else 0), "max(edge_index) + 1"
 
 
@@ -63,32 +59,15 @@ def from_pyg_npz(
     num_nodes: int | None = None,
     name: str | None = None,
 ) -> Graph:
-    """Reads a PyTorch-Geometric-style ``.npz`` file.
+    """Reads a PyTorch-Geometric-style ``.npz`` file (the layout in the module docstring).
 
-    Keys: ``edge_index`` (required, integer ``[2, E]``, row 0 = source, row 1 = destination),
-    optional ``x`` (features), ``y`` (``int[N]`` labels with ``-1`` = unlabelled, or ``[N, C]``
-    multi-label indicators), ``train_mask`` / ``val_mask`` / ``test_mask`` (``bool[N]``) and
-    ``num_nodes`` (scalar). Other keys are ignored. Pickled objects are refused.
-
-    Args:
-      path: the ``.npz`` file.
-      symmetrize: ``True`` adds reverse edges (undirected graph); must be given explicitly.
-      self_loops: ``"remove"`` (default) or ``"keep"`` input self-loops.
-      num_nodes: overrides the node count; default: ``num_nodes`` key, else the rows of ``x`` or
-        ``y``, else ``max(edge_index) + 1``.
-      name: graph name; default the file stem.
-
-    Returns:
-      The :class:`Graph`.
+    ``symmetrize`` (adding reverse edges) must be given explicitly; ``num_nodes`` overrides
+    :func:`pyg_num_nodes`; ``name`` defaults to the file stem.
 
     Raises:
       FileNotFoundError: the file does not exist.
       GraphFileError: the file is not a readable npz, is truncated, lacks ``edge_index`` or has
         arrays of inconsistent shapes.
-
-    Shapes:
-      ``edge_index: int[2, E]``, ``x: float[N, F]``, ``y: int[N]`` or ``[N, C]``, masks
-      ``bool[N]``.
     """
     path = Path(path)
     if not path.exists():
@@ -117,22 +96,11 @@ def from_pyg_npz(
 
 
 def save_pyg_npz(graph: Graph, path, *, compressed: bool = True) -> Path:
-    """Writes ``graph`` as a PyG-style ``.npz`` readable by :func:`from_pyg_npz`.
+    """Writes ``graph`` as a PyG-style ``.npz`` readable by :func:`from_pyg_npz`, atomically
+    and at exactly ``path`` (no ``.npz`` appended); returns ``path``.
 
-    Stores ``edge_index`` (``int64[2, E]``, sources in row 0, in :meth:`Graph.edges` order),
-    ``x``, ``y``, the three masks and ``num_nodes``. The file is written atomically (temporary
-    file + rename), at exactly ``path`` (no ``.npz`` suffix is appended).
-
-    Args:
-      graph: the graph to save.
-      path: destination file.
-      compressed: use ``np.savez_compressed`` (default) or ``np.savez``.
-
-    Returns:
-      The path written.
-
-    Shapes:
-      ``edge_index: int64[2, E]``, ``x: f32[N, F]``, ``y: int32[N]`` or ``bool[N, C]``.
+    ``edge_index`` is ``int64[2, E]`` in :meth:`Graph.edges` order; ``compressed`` chooses
+    ``np.savez_compressed`` (default) or ``np.savez``.
     """
     path = Path(path)
     src, dst = graph.edges()
@@ -140,9 +108,7 @@ def save_pyg_npz(graph: Graph, path, *, compressed: bool = True) -> Path:
         edge_index=np.stack([src, dst]).astype(np.int64),
         x=graph.features,
         y=graph.labels,
-        train_mask=graph.train_mask,
-        val_mask=graph.val_mask,
-        test_mask=graph.test_mask,
+        **{k: getattr(graph, k) for k in MASK_NAMES},
         num_nodes=np.int64(graph.num_nodes),
     )
     save = np.savez_compressed if compressed else np.savez
@@ -157,21 +123,20 @@ def read_pyg(path: Path, directed, notes: list[str], name: str) -> Graph:
     ei = pyg_edge_index(arrays, path)
     x, y = arrays.get("x"), arrays.get("y")
     num_nodes, source = pyg_num_nodes(arrays, ei)
-    if ei.size:
-        neg = np.argwhere(ei < 0)
-        if neg.size:
-            r, c = (int(v) for v in neg[0])
-            raise GraphFileError(
-                f"{path}: edge_index[{r}, {c}] = {int(ei[r, c])} is a negative node id "
-                f"({neg.shape[0]} negative entries)"
-            )
-        big = np.argwhere(ei >= num_nodes)
-        if big.size:
-            r, c = (int(v) for v in big[0])
-            raise GraphFileError(
-                f"{path}: edge_index[{r}, {c}] = {int(ei[r, c])} is out of range for "
-                f"{num_nodes} nodes (from {source}; {big.shape[0]} entries out of range)"
-            )
+    neg = np.argwhere(ei < 0)
+    if neg.size:
+        r, c = (int(v) for v in neg[0])
+        raise GraphFileError(
+            f"{path}: edge_index[{r}, {c}] = {int(ei[r, c])} is a negative node id "
+            f"({neg.shape[0]} negative entries)"
+        )
+    big = np.argwhere(ei >= num_nodes)
+    if big.size:
+        r, c = (int(v) for v in big[0])
+        raise GraphFileError(
+            f"{path}: edge_index[{r}, {c}] = {int(ei[r, c])} is out of range for "
+            f"{num_nodes} nodes (from {source}; {big.shape[0]} entries out of range)"
+        )
     if y is not None and y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
         notes.append(f"read 'y' of shape [N, 1] in {path.name} as one class per node")

@@ -1,13 +1,7 @@
-"""Parsers of the raw files of the bundled datasets, each into the same plain arrays.
-
-Every parser takes the ``raw/`` directory (:func:`~jaxgraph.data.cache.raw_dir`) and returns
-``num_nodes``, the edge arrays ``src`` and ``dst`` and, where the dataset has them,
-``features`` (a SciPy sparse matrix), ``labels`` and the split ``masks``; the registry
-(:mod:`~jaxgraph.data.registry`) names each dataset's parser, and
-:func:`~jaxgraph.data.datasets.load_dataset` checks and converts the result (its docstring says
-how each dataset's files are read: ids, splits, gaps, self-loops).
-The Planetoid pickles are read by an unpickler that allows only the classes they use.
-"""
+"""Parsers of the raw files of the bundled datasets (see
+:func:`~jaxgraph.data.datasets.load_dataset`): from the ``raw/`` directory to ``num_nodes``,
+``src``, ``dst`` and, where the dataset has them, ``features`` (SciPy sparse), ``labels`` and
+``masks``."""
 
 from __future__ import annotations
 
@@ -31,9 +25,7 @@ def _load_text(path: Path, dtype, delimiter: str | None = None) -> np.ndarray:
 
 
 def parse_cora(raw: Path) -> dict:
-    content = raw / "cora" / "cora.content"
-    with open(content, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = (raw / "cora" / "cora.content").read_text(encoding="utf-8").splitlines()
     ncol = len(lines[0].split("\t"))
     feats = np.loadtxt(lines, delimiter="\t", usecols=range(1, ncol - 1), dtype=np.float32)
     meta = np.loadtxt(lines, delimiter="\t", usecols=(0, ncol - 1), dtype=str, ndmin=2)
@@ -58,11 +50,8 @@ def parse_cora(raw: Path) -> dict:
 
 
 class _PlanetoidUnpickler(pickle.Unpickler):
-    """Unpickles the Python-2 Planetoid files, allowing only the classes they use.
-
-    ``scipy.sparse.csr`` (the module path in the pickles) is deprecated; it is mapped to
-    ``scipy.sparse.csr_matrix`` directly so that no ``DeprecationWarning`` is raised.
-    """
+    """Unpickles the Python-2 Planetoid files, allowing only the classes they use (the
+    deprecated ``scipy.sparse.csr`` path maps to ``csr_matrix``, without a warning)."""
 
     _ALLOWED = {
         ("collections", "defaultdict"): collections.defaultdict,

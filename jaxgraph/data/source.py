@@ -1,10 +1,5 @@
-"""Which graph a run reads, and the one function that reads it.
-
-:class:`DataConfig` names a bundled dataset, a synthetic generator with its size, or a graph
-file of the user's own with its format options; :func:`load_graph` turns it into a
-:class:`~jaxgraph.graph.Graph` for ``train``, ``embed`` and ``partition`` alike. What reading a
-file changed or assumed is logged once, here, on the ``jaxgraph`` logger.
-"""
+"""Which graph a run reads (:class:`DataConfig`: a bundled dataset, a synthetic generator or a
+graph file of the user's own), and the one function that reads it (:func:`load_graph`)."""
 
 from __future__ import annotations
 
@@ -76,19 +71,15 @@ class DataConfig:
             )
 
     def with_default(self, name: str) -> DataConfig:
-        """This description, naming ``name`` (a command's default dataset) if it names no
-        graph."""
+        """This description, naming ``name`` (a command's default) if it names no graph."""
         if self.graph is None and self.name is None:
             return dataclasses.replace(self, name=name)
         return self
 
 
 def load_graph(data: DataConfig, *, seed: int = 0, split: bool = False) -> Graph:
-    """The graph ``data`` names.
-
-    A graph file keeps its node ids (``Graph.ids``); with ``split``, a labelled file without a
-    train/validation/test split gets a seeded random one. A bundled dataset is fetched once and
-    cached; ``sbm`` and ``rmat`` are drawn from ``data.seed`` (None: ``seed``).
+    """The graph ``data`` names; with ``split``, a labelled graph file without a split gets a
+    seeded random one. ``sbm`` and ``rmat`` are drawn from ``data.seed`` (None: ``seed``).
 
     Raises:
       ValueError: an unknown dataset, or a file that cannot be read (the message names it).

@@ -1,10 +1,4 @@
-"""Seeded train / validation / test splits of a graph's labelled nodes.
-
-:func:`planetoid_split` draws a fixed number of training nodes per class, then the validation
-and test nodes (the Planetoid protocol of Yang et al. 2016, used by Kipf & Welling 2017);
-:func:`random_split` splits by fractions. The bundled datasets without a fixed split, the
-synthetic generators and a user's labelled graph without a split all draw theirs here.
-"""
+"""Seeded train / validation / test splits of a graph's labelled nodes."""
 
 from __future__ import annotations
 
@@ -23,25 +17,14 @@ def planetoid_split(
     num_test: int = 1000,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A seeded Planetoid-style split (Yang et al. 2016; Kipf & Welling 2017).
+    """A seeded Planetoid-style split (Yang et al. 2016; Kipf & Welling 2017) of ``labels:
+    int[N]`` (``-1`` = unlabelled, in no mask): disjoint ``(train, val, test)`` ``bool[N]``.
 
     ``train_per_class`` random nodes of every class (all of a smaller class) for training, then
-    ``num_val`` and ``num_test`` random nodes among the remaining labelled nodes. Unlabelled
-    nodes (``-1``) are in no mask.
-
-    Args:
-      labels: ``int[N]`` class ids, ``-1`` = unlabelled.
-      train_per_class, num_val, num_test: split sizes.
-      seed: seed of ``np.random.default_rng``.
-
-    Returns:
-      ``(train_mask, val_mask, test_mask)``, disjoint ``bool[N]``.
+    ``num_val`` and ``num_test`` random nodes among the remaining labelled nodes.
 
     Raises:
       ValueError: fewer than ``num_val + num_test`` labelled nodes remain after training.
-
-    Shapes:
-      ``labels: int[N]`` -> three ``bool[N]``.
     """
     labels = np.asarray(labels)
     n = labels.shape[0]
@@ -71,23 +54,13 @@ def random_split(
     *,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A seeded random split of the labelled nodes into train / val / test by fractions.
-
-    Args:
-      labels: ``int[N]`` (``-1`` = unlabelled, never selected) or ``bool[N, C]`` (every node
-        counts as labelled).
-      fractions: train, val and test fractions of the labelled nodes; sum ``<= 1``.
-      seed: seed of ``np.random.default_rng``.
-
-    Returns:
-      ``(train_mask, val_mask, test_mask)``, disjoint ``bool[N]``; the sizes are
-      ``floor(f * num_labelled)`` for train and val, test gets its rounded share.
+    """A seeded random split of the labelled nodes (``labels``: ``int[N]``, ``-1`` = unlabelled,
+    or ``bool[N, C]``, all labelled) by ``fractions`` (sum ``<= 1``): disjoint ``(train, val,
+    test)`` ``bool[N]`` of ``floor(f * num_labelled)`` nodes for train and val and the rounded
+    share for test.
 
     Raises:
       ValueError: negative fractions or a sum above 1.
-
-    Shapes:
-      ``labels: int[N]`` or ``bool[N, C]`` -> three ``bool[N]``.
     """
     labels = np.asarray(labels)
     f = np.asarray(fractions, np.float64)

@@ -1,15 +1,7 @@
 """Text tables of a user's files, parsed fast and reported by line when malformed.
 
-Every text reader of :mod:`jaxgraph.data` (edge lists, the OGB ``.csv.gz`` files, feature and
-label tables, the raw files of the bundled datasets) parses with :func:`loadtxt`, a quiet
-``np.loadtxt`` over the whole text. Only when that fails is the text walked again:
-:func:`first_bad_line` finds the first malformed line and :func:`bad_line` words the error.
-:func:`data_lines` sees the lines as ``np.loadtxt`` does (comments cut, blank lines skipped), so
-that a row of a parsed array maps back to its line number (:func:`line_of_row`).
-
-:func:`read_bytes` reads a file, gunzipped when it starts with gzip's magic bytes;
-:func:`read_text` decodes it as UTF-8. Both raise :class:`~jaxgraph.data.errors.GraphFileError`
-with the file's path.
+Every text reader of :mod:`jaxgraph.data` parses with :func:`loadtxt`, a quiet ``np.loadtxt``
+over the whole text; only when that fails is the text walked again, line by line.
 """
 
 from __future__ import annotations
@@ -63,11 +55,8 @@ def read_text(path: Path) -> str:
 
 
 def read_table(path: Path, empty: str) -> tuple[str, str | None, Line]:
-    """A text table: its text, its delimiter (:func:`delimiter_of`) and its first data line.
-
-    Raises:
-      GraphFileError: as :func:`read_text`, or ``"{path}: {empty}"`` when no line has data.
-    """
+    """A text table: its text, its delimiter (:func:`delimiter_of`) and its first data line;
+    ``GraphFileError("{path}: {empty}")`` when no line has data."""
     text = read_text(path)
     first = next(data_lines(text), None)
     if first is None:
@@ -128,12 +117,9 @@ def first_bad_line(
     first: int = 0,
     comments: tuple[str, ...] = COMMENTS,
 ) -> tuple[int, str, str | None] | None:
-    """The first malformed line: ``(line number, content, token)``, or ``None`` if none is.
-
-    A line is malformed when it has fewer than ``ncols`` fields or an empty one (``token`` is
-    then ``None``), or when ``parse`` (e.g. ``int``) rejects ``token``, a field from column
-    ``first`` on.
-    """
+    """``(line number, content, token or None)`` of the first line with fewer than ``ncols``
+    fields, an empty one, or a field ``token`` from column ``first`` on that ``parse`` rejects;
+    ``None`` if no line is malformed."""
     for lineno, _, content in data_lines(text, comments):
         parts = fields(content, delimiter)
         if len(parts) < ncols or any(not f for f in parts[:ncols]):
@@ -148,11 +134,8 @@ def first_bad_line(
 
 
 def bad_line(path, text, delimiter, ncols, parse, expect, exc, first=0) -> GraphFileError:
-    """The error naming the first malformed line after :func:`loadtxt` failed with ``exc``.
-
-    ``expect`` says what a line holds; ``parse`` (``int``, ``float`` or ``None``) and ``first``
-    are as in :func:`first_bad_line`.
-    """
+    """The error naming the first malformed line after :func:`loadtxt` failed with ``exc``
+    (``expect``: what a line holds; ``parse``, ``first``: as in :func:`first_bad_line`)."""
     found = first_bad_line(text, delimiter, ncols, parse, first)
     if found is None:
         return GraphFileError(f"{path}: cannot parse ({exc})")

@@ -1,22 +1,15 @@
 """Random-walk graph embedding with a feedback-coupled active set (FeLoG, DeepWalk, node2vec).
 
-* :mod:`jaxgraph.embed.walks`: DeepWalk and node2vec walks on the host (numba).
-* :mod:`jaxgraph.embed.corpus`: counts, sub-sampling, negative tables and skip-gram pairs.
-* :mod:`jaxgraph.embed.sgns`: the SGNS hyper-parameters and update (JAX).
-* :mod:`jaxgraph.embed.merge`: how replicas merge (:class:`TableSync`, the merge rules, AllSync);
-  :mod:`jaxgraph.embed.sync` the selective syncs.
-* :mod:`jaxgraph.embed.programs` and :mod:`jaxgraph.embed.skipgram`: the data-parallel
-  trainer's ``shard_map`` programs and its host driver.
-* :mod:`jaxgraph.embed.sequential`: word2vec's update one pair at a time (numba), the reference
-  the trainer's quality is measured against.
-* :mod:`jaxgraph.embed.feedback`: neighbourhood consistency and the active-set rule (FeeST).
-* :mod:`jaxgraph.embed.compress` and :mod:`jaxgraph.embed.codec`: FaBC's format and its use in
-  a run.
-* :mod:`jaxgraph.embed.run`: a run (:func:`embed`); :mod:`jaxgraph.embed.rounds` its operators,
-  :mod:`jaxgraph.embed.pipeline` their schedule, :mod:`jaxgraph.embed.checkpoints` their files;
-  :mod:`jaxgraph.embed.job` the ``jaxgraph embed`` command.
-* :mod:`jaxgraph.embed.evaluate` and :mod:`jaxgraph.embed.retrieval`: link prediction, node
-  classification and retrieval metrics.
+A run (:func:`embed`, :mod:`jaxgraph.embed.run`) walks on the host (:mod:`~jaxgraph.embed.walks`,
+:mod:`~jaxgraph.embed.corpus`), trains SGNS (:mod:`~jaxgraph.embed.sgns`) data-parallel
+(:mod:`~jaxgraph.embed.skipgram`, :mod:`~jaxgraph.embed.programs`) with replica merges
+(:mod:`~jaxgraph.embed.merge`, :mod:`~jaxgraph.embed.sync`), and feeds back the active set
+(:mod:`~jaxgraph.embed.feedback`); :mod:`~jaxgraph.embed.compress` and
+:mod:`~jaxgraph.embed.codec` compress the walks, :mod:`~jaxgraph.embed.rounds`,
+:mod:`~jaxgraph.embed.pipeline` and :mod:`~jaxgraph.embed.checkpoints` run the rounds, and
+:mod:`~jaxgraph.embed.job` is the ``jaxgraph embed`` command. :mod:`~jaxgraph.embed.sequential`
+is the one-pair-at-a-time reference; :mod:`~jaxgraph.embed.evaluate` and
+:mod:`~jaxgraph.embed.retrieval` measure the embeddings.
 """
 
 from jaxgraph.embed.feedback import FeedbackConfig, neighbour_consistency, update_active_set

@@ -1,12 +1,10 @@
 """The embedding loop's checkpoint files: each round's corpus and the train state.
 
-After every round the producer writes that round's corpus (``corpus_<r>.ckpt``, compressed when
-FaBC is on; :func:`write_checkpoint`: a magic tag, a JSON header with SHA-256 digests, then
-the arrays) and the trainer the train state (the orbax step ``state_<r>/``: both tables of
-every replica, the sync anchor, counts, step counters, FaBC's hot ids, the pending active sets,
-the log; :func:`write_state`), each atomically. A truncated, altered or foreign file raises
-:class:`~jaxgraph.atomic.CheckpointError` naming it; :func:`latest_state` finds the last
-complete round to resume after.
+After every round the corpus (``corpus_<r>.ckpt``, :func:`write_checkpoint`: a magic tag, a
+JSON header with SHA-256 digests, then the arrays) and the train state (the orbax step
+``state_<r>/``, :func:`write_state`) are written atomically. A truncated, altered or foreign
+file raises :class:`~jaxgraph.atomic.CheckpointError` naming it; :func:`latest_state` finds the
+last complete round to resume after.
 """
 
 from __future__ import annotations
@@ -41,11 +39,8 @@ def write_checkpoint(path: str | Path, arrays: dict[str, np.ndarray], header: di
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
-    """Reads a file of :func:`write_checkpoint`, verified.
-
-    Raises:
-      CheckpointError: naming the file, when it is missing, truncated or altered.
-    """
+    """Reads a file of :func:`write_checkpoint`, verified: a missing, truncated or altered file
+    raises :class:`CheckpointError` naming it."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -83,11 +78,8 @@ def state_path(directory: Path, r: int) -> Path:
 
 
 def latest_state(directory: str | Path) -> Path | None:
-    """The state checkpoint of the highest round in ``directory``, or None.
-
-    Raises:
-      CheckpointError: if ``directory`` holds only state files of the old format.
-    """
+    """The state checkpoint of the highest round in ``directory``, or None; raises
+    :class:`CheckpointError` if ``directory`` holds only state files of the old format."""
     directory = Path(directory)
     if not directory.is_dir():
         return None
@@ -105,7 +97,7 @@ def latest_state(directory: str | Path) -> Path | None:
 def _state_manager(directory: Path, keep: int):
     """A synchronous orbax ``CheckpointManager`` over ``directory`` with steps
     ``state_<round:06d>``, keeping the newest ``keep``."""
-    import orbax.checkpoint as ocp  # slow to import; only runs that checkpoint pay it
+    import orbax.checkpoint as ocp  # slow to import
 
     options = ocp.CheckpointManagerOptions(
         step_prefix="state",
@@ -115,14 +107,16 @@ def _state_manager(directory: Path, keep: int):
         save_root_metadata=False,
         preservation_policy=ocp.checkpoint_managers.LatestN(keep),
     )
-    # orbax needs absolute paths.
-    return ocp.CheckpointManager(
-        directory.absolute(), options=options, item_names=("state", "meta")
-    )
+    names = ("state", "meta")  # orbax needs absolute paths:
+    return ocp.CheckpointManager(directory.absolute(), options=options, item_names=names)
 
 
 def _digest(meta: dict) -> str:
     return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+
+
+def _array_digest(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
 def write_state(
@@ -131,33 +125,14 @@ def write_state(
     """Writes ``arrays`` and ``header`` as the orbax step ``state_<r>`` of ``directory``
     (atomically; an existing step ``r`` is replaced), keeping the newest ``keep`` steps.
 
-    Layout, beside the round's corpus file (:func:`write_checkpoint`)::
-
-        <checkpoint_dir>/corpus_000003.ckpt   MAGIC + header JSON line + .npz payload whose
-                                              length and SHA-256 the header records (written
-                                              to a temporary file, fsynced, renamed)
-        <checkpoint_dir>/state_000003/        an orbax step (``CheckpointManager``, the newest
-            state/                            two kept): the arrays, an orbax PyTree item, and
-            meta/                             a JSON item with the counters, the run's
-                                              settings, the log, each array's shape, dtype and
-                                              SHA-256, and a SHA-256 of the item itself
-
-    The step is written into a temporary directory and renamed when complete (orbax).
+    The step holds two items: ``state/``, the arrays (an orbax PyTree), and ``meta/``, a JSON
+    item with the header, each array's shape, dtype and SHA-256, and a SHA-256 of itself.
     """
     import orbax.checkpoint as ocp
 
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    meta = {
-        **header,
-        "arrays": {
-            k: {
-                "shape": list(a.shape),
-                "dtype": str(a.dtype),
-                "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(),
-            }
-            for k, a in arrays.items()
-        },
-    }
+    spec = lambda a: {"shape": list(a.shape), "dtype": str(a.dtype), "sha256": _array_digest(a)}
+    meta = {**header, "arrays": {k: spec(a) for k, a in arrays.items()}}
     meta["sha256"] = _digest(meta)
     stored = {k: a for k, a in arrays.items() if a.size}  # orbax stores no empty array
     with _state_manager(directory, keep) as manager:
@@ -200,15 +175,8 @@ def _read_array(path: Path, key: str) -> np.ndarray:
 
 
 def read_state(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
-    """Reads a step of :func:`write_state`, verified.
-
-    The arrays are read back one by one through tensorstore, the store orbax writes with, so
-    that its errors surface one at a time.
-
-    Raises:
-      CheckpointError: naming the checkpoint, when it is missing, truncated, altered or not a
-        state checkpoint.
-    """
+    """Reads a step of :func:`write_state`, verified (the arrays one by one, :func:`_read_array`):
+    one that is missing, truncated, altered or not a state raises :class:`CheckpointError`."""
     import orbax.checkpoint as ocp
 
     path = Path(path)
@@ -233,28 +201,23 @@ def read_state(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
             raise CheckpointError(
                 f"checkpoint {path} is truncated or unreadable ({_reason(e)})"
             ) from e
-        digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-        if a.shape != shape or a.dtype != dtype or digest != spec["sha256"]:
+        if a.shape != shape or a.dtype != dtype or _array_digest(a) != spec["sha256"]:
             raise CheckpointError(f"checkpoint {path} is corrupt: SHA-256 of array {k} differs")
         arrays[k] = a
     return arrays, meta
 
 
+_FABC_ARRAYS = ("hot_ids", "bitmaps", "residual", "lengths")
+
+
 def corpus_arrays(payload: Walks | CompressedWalks) -> tuple[dict[str, np.ndarray], dict]:
     if isinstance(payload, CompressedWalks):
-        names = ("hot_ids", "bitmaps", "residual", "lengths")
-        arrays = {k: np.asarray(getattr(payload, k)) for k in names}
+        arrays = {k: np.asarray(getattr(payload, k)) for k in _FABC_ARRAYS}
         return arrays, {"kind": "fabc", "walk_length": payload.walk_length}
     return {"nodes": payload.nodes, "lengths": payload.lengths}, {"kind": "raw"}
 
 
 def corpus_from(arrays: dict[str, np.ndarray], meta: dict) -> Walks | CompressedWalks:
     if meta["kind"] == "fabc":
-        return CompressedWalks(
-            arrays["hot_ids"],
-            arrays["bitmaps"],
-            arrays["residual"],
-            arrays["lengths"],
-            int(meta["walk_length"]),
-        )
+        return CompressedWalks(*(arrays[k] for k in _FABC_ARRAYS), int(meta["walk_length"]))
     return Walks(arrays["nodes"], arrays["lengths"])

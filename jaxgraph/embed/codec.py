@@ -1,8 +1,6 @@
 """FaBC in an embedding run: :class:`FabcConfig` (the ``compress`` option of
 :func:`jaxgraph.embed.run.embed`) and :class:`WalkCodec`, which encodes each round's corpus on
-the host, sends the compressed arrays and decodes them on the device (or on the host), with the
-bytes it saved (:class:`CodecStats`). The format and its size model are
-:mod:`jaxgraph.embed.compress`'s.
+the host and decodes it on the device (format and size model: :mod:`jaxgraph.embed.compress`).
 """
 
 from __future__ import annotations
@@ -74,20 +72,9 @@ class CodecStats:
 
 
 class WalkCodec:
-    """Sends each round's walks to a device compressed and decodes them there.
-
-    The first corpus fixes ``k`` (Eq. 8 unless configured) and, for ``scope="corpus"``, the hot
-    ids; later rounds reuse them, as the seed does.
-
-    With ``to_host=False`` the decoded walks stay on the device
-    (:class:`~jaxgraph.embed.device_pairs.DeviceWalks`), for a trainer that builds its skip-gram
-    pairs there (``SkipGramConfig(pairs="device")``): then only the compressed corpus crosses
-    from host to device. A host-pairs trainer needs them read back (``to_host=True``).
-
-    Args:
-      config: :class:`FabcConfig`.
-      device: the device that receives and decodes the corpus (default: the first device).
-    """
+    """Sends each round's walks to ``device`` (default: the first) compressed and decodes them
+    there. The first corpus fixes ``k`` (Eq. 8 unless configured) and, for ``scope="corpus"``,
+    the hot ids; later rounds reuse them, as the seed does."""
 
     def __init__(self, config: FabcConfig, device: jax.Device | None = None):
         self.config = config
@@ -110,33 +97,22 @@ class WalkCodec:
         return encode(walks, self.k, scope="walk")
 
     def transfer(self, walks: Walks) -> tuple[Walks, CodecStats]:
-        """Encodes on the host, ``device_put``s the compressed arrays, decodes on the device.
-
-        Returns:
-          the decoded walks as host arrays (equal to ``walks``) and the round's
-          :class:`CodecStats`.
-        """
+        """Encodes on the host, ``device_put``s the compressed arrays, decodes on the device;
+        returns the decoded walks as host arrays (equal to ``walks``) and :class:`CodecStats`."""
         t0 = time.perf_counter()
         compressed = self.encode(walks)
         decoded, sent = self.decode(compressed)
-        stats = CodecStats(
-            raw_bytes(walks),
-            sent,
-            compressed.k,
-            time.perf_counter() - t0,
-            payload_bytes=compressed.nbytes,
-        )
+        seconds = time.perf_counter() - t0
+        stats = CodecStats(raw_bytes(walks), sent, compressed.k, seconds, compressed.nbytes)
         return decoded, stats
 
     def decode(
         self, compressed: CompressedWalks, *, to_host: bool = True
     ) -> tuple[Walks | DeviceWalks, int]:
         """Moves ``compressed`` (padded to its size class when ``config.bucket``) to the
-        device and decodes it there.
-
-        Returns:
-          the walks (host arrays, or with ``to_host=False`` left on the device, padding rows
-          included) and the bytes moved host -> device.
+        device and decodes it there; returns the walks and the bytes moved host -> device. With
+        ``to_host=False`` the walks stay on the device (:class:`DeviceWalks`, padding rows
+        included) for a trainer that builds its pairs there (``SkipGramConfig(pairs="device")``).
         """
         sent = pad_to_bucket(compressed) if self.config.bucket else compressed
         on_device = jax.device_put(sent, self.device)

@@ -1,33 +1,19 @@
 """Frequency-aware bitmap compression (FaBC, FeLoG §5.2.2) of walk corpora, on the host.
 
-A walk corpus is a padded ``int32[W, L]`` array with a length array (:class:`~jaxgraph.embed.
-walks.Walks`). FaBC replaces the occurrences of ``k`` *hot* ids by bitmaps: per walk it stores
-the ``k`` hot ids, one ``L``-bit bitmap per hot id (bit ``j`` set where ``walk[j]`` is that id)
-and, in order, the ids at the remaining (*residual*) positions. The corpus becomes four
-contiguous arrays (:class:`CompressedWalks`) that travel host -> device together and are decoded
-there (:func:`decode_on_device`, the kernel in :mod:`pallas_kernels.bitmap`). The public FeLoG
-code built, sized and discarded the compressed corpus; here it is the data that reaches the
-device (:class:`WalkCodec`, the ``compress`` option of :func:`jaxgraph.embed.run.embed`).
+FaBC replaces the occurrences of ``k`` *hot* ids of a padded walk corpus
+(:class:`~jaxgraph.embed.walks.Walks`) by bitmaps: per walk the ``k`` hot ids, one ``L``-bit
+bitmap per hot id (bit ``j`` set where ``walk[j]`` is that id) and, in order, the ids at the
+remaining (*residual*) positions. The four arrays (:class:`CompressedWalks`) travel host ->
+device and are decoded there (:func:`decode_on_device`, :mod:`pallas_kernels.bitmap`); the run
+uses them through :class:`~jaxgraph.embed.codec.WalkCodec`.
 
-**Reading of the seed (Eq. 6-8).** The seed sorts "normalized node frequencies on the sampled
-sequences" as ``p(1) >= p(2) >= ...`` and stores "the ``k`` selected node IDs once per sequence"
-(the ``4Nk`` term of Eq. 6). Its numbers only fit **per-walk ranks**: on YouTube "the top-1 and
-top-2 nodes together contribute over 50 % of the total frequency", and its Table 6 top-1 ratios
-(0.59-0.67) need ``F_1`` near 0.4, which no single node of a graph with a million nodes holds
-over all walk positions, but a walk's own most frequent node can (walks revisit hubs and
-backtrack); the public code also compresses each walk's own most frequent id. So, by default
-(``scope="walk"``):
-
-* ``c_w(i)`` is the count of walk ``w``'s ``i``-th most frequent id (ties: the smaller id first,
-  as the public code's ``std::map``; 0 past the walk's distinct ids), ``T = sum_w len(w)`` and
-  ``p(i) = sum_w c_w(i) / T``, ``F_k = p(1) + ... + p(k)`` (:func:`frequency_profile`);
-* walk ``w``'s hot ids are its own top-``k`` ids (:func:`encode`); a walk with fewer than ``k``
-  distinct ids fills the remaining slots with ``-1`` and empty bitmaps.
-
-``scope="corpus"`` is the other reading: one hot set, the corpus-wide top-``k`` ids, stored once
-(``4k`` bytes instead of ``4Nk``). On DeepWalk corpora its ``p(1)`` is a node's stationary
-probability ``deg / 2|E|``, below the bitmap cost, so Eq. 8 picks ``k = 0`` (no compression;
-``tests/embed/test_compress.py`` prints both; experiments/README.md, "Walk compression").
+**Reading of the seed (Eq. 6-8).** Its numbers (YouTube's top-2 over 50 %, Table 6's top-1
+ratios of 0.59-0.67) only fit **per-walk ranks**, as does the public code, so by default
+(``scope="walk"``) ``c_w(i)`` is the count of walk ``w``'s ``i``-th most frequent id (ties: the
+smaller id first; 0 past its distinct ids), ``p(i) = sum_w c_w(i) / T`` with ``T`` the tokens,
+``F_k = p(1) + ... + p(k)`` (:func:`frequency_profile`), and walk ``w``'s hot ids are its own
+top-``k`` (:func:`encode`; missing slots hold ``-1`` and empty bitmaps). ``scope="corpus"``
+stores one corpus-wide hot set once; on DeepWalk corpora Eq. 8 then picks ``k = 0``.
 
 Size (Eq. 6, :func:`eq6_bytes`, exact: ``CompressedWalks.nbytes`` equals it), with ``N`` walks,
 ``T`` tokens of which ``H = F_k T`` are hot, padded length ``L`` and ``B = ceil(L / 8)``::
@@ -35,7 +21,7 @@ Size (Eq. 6, :func:`eq6_bytes`, exact: ``CompressedWalks.nbytes`` equals it), wi
     S(k) = 4 (T - H) + 4 N k + N k B          (scope="walk"; 4k instead of 4Nk for "corpus")
     S_0  = 4 T
 
-The ratio ``S(k) / S_0`` is Eq. 7 (:func:`predicted_ratio`) and ``k`` is chosen by Eq. 8
+The ratio ``S(k) / S_0`` is Eq. 7 (:func:`predicted_ratio`); ``k`` is chosen by Eq. 8
 (:func:`choose_k`).
 """
 
@@ -83,9 +69,6 @@ def _check_walks(walks: Walks) -> tuple[np.ndarray, np.ndarray]:
 def bitmap_bytes(walk_length: int) -> int:
     """``B = ceil(L / 8)``: bytes of one walk's bitmap for one hot id."""
     return -(-int(walk_length) // 8)
-
-
-# ---------------------------------------------------------------------- the container
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,9 +123,6 @@ jax.tree_util.register_dataclass(
 )
 
 
-# ---------------------------------------------------------------------- profile and k
-
-
 def raw_bytes(walks: Walks) -> int:
     """``S_0 = 4 T``: the uncompressed tokens (padding and lengths excluded)."""
     return ID_BYTES * int(np.asarray(walks.lengths, np.int64).sum())
@@ -156,20 +136,9 @@ def eq6_bytes(
     walk_length: int,
     scope: Scope = "walk",
 ) -> int:
-    """Eq. 6, exact: ``4 (T - H) + 4 N k + N k ceil(L / 8)`` (``4 k`` ids for ``"corpus"``).
-
-    For full-length walks (``T = NL``) and ``L`` a multiple of 8 this is the seed's ``4NL(1 -
-    F_k) + 4Nk + NkL/8``. The lengths (``4N`` bytes) travel with both the raw and the compressed
-    corpus and are counted in neither.
-
-    Args:
-      num_walks: ``N``.
-      num_tokens: ``T``, tokens of all walks.
-      hot_tokens: ``H = F_k T``, the tokens the ``k`` hot ids cover.
-      k: hot ids (slots) per walk.
-      walk_length: ``L``, the padded walk length (bitmap bits).
-      scope: ``"walk"`` (ids per walk) or ``"corpus"`` (ids once).
-    """
+    """Eq. 6, exact: ``4 (T - H) + 4 N k + N k ceil(L / 8)`` (``4 k`` ids for ``"corpus"``),
+    with ``N = num_walks``, ``T = num_tokens``, ``H = hot_tokens`` and ``L = walk_length``. The
+    lengths (``4N`` bytes) travel with both corpora and are counted in neither."""
     ids = k if check_scope(scope) == "corpus" else num_walks * k
     return (
         ID_BYTES * (num_tokens - hot_tokens)
@@ -179,13 +148,9 @@ def eq6_bytes(
 
 
 def frequency_profile(walks: Walks, scope: Scope = "walk") -> np.ndarray:
-    """The sorted normalized frequencies ``p(1) >= p(2) >= ...`` (see the module docstring).
-
-    Returns:
-      ``float64[M]`` summing to 1 (empty for an empty corpus): per-walk ranks (``M = L``,
-      trailing zeros kept) for ``"walk"``, node frequencies (``M`` = distinct ids) for
-      ``"corpus"``.
-    """
+    """The sorted normalized frequencies ``p(1) >= p(2) >= ...`` (module docstring),
+    ``float64[M]`` summing to 1: per-walk ranks (``M = L``, trailing zeros kept) for ``"walk"``,
+    node frequencies (``M`` = distinct ids) for ``"corpus"``."""
     nodes, lengths = _check_walks(walks)
     total = int(lengths.astype(np.int64).sum())
     if check_scope(scope) == "corpus":
@@ -198,10 +163,9 @@ def frequency_profile(walks: Walks, scope: Scope = "walk") -> np.ndarray:
         return np.zeros(nodes.shape[1])
     summed = np.zeros(nodes.shape[1], np.int64)
     for lo in range(0, nodes.shape[0], _PROFILE_CHUNK):  # bounds the [chunk, L] buffer
-        ranked = np.zeros((min(_PROFILE_CHUNK, nodes.shape[0] - lo), nodes.shape[1]), np.int64)
-        _rank_counts_kernel(
-            nodes[lo : lo + ranked.shape[0]], lengths[lo : lo + ranked.shape[0]], ranked
-        )
+        part = slice(lo, lo + _PROFILE_CHUNK)
+        ranked = np.zeros(nodes[part].shape, np.int64)
+        _ranks_kernel(nodes[part], lengths[part], np.zeros((0, 0), np.int32), ranked)
         summed += ranked.sum(axis=0)
     return summed / total
 
@@ -223,26 +187,13 @@ def predicted_ratio(profile: np.ndarray, k: int, walk_length: int, mean_length: 
 def choose_k(
     profile: np.ndarray, walk_length: int, mean_length: float, *, k_max: int | None = None
 ) -> int:
-    """Eq. 8: the number of hot ranks.
+    """Eq. 8: the number of hot ranks (``>= 0``; 0: no rank pays for its bitmap).
 
     Starting from ``k = 0`` (``g(0) = 1``), add the ``(k+1)``-th rank while ``p(k+1) >= c +
-    0.1 g(k)``, i.e. while it cuts the ratio by at least 10 % of its current value, with ``c``
-    the per-rank overhead ``(4 + B) / (4 Lbar)`` (:func:`rank_overhead`; ``Lbar = T / N``),
-    which is the seed's ``c = 1/L + 1/32`` for full-length walks with ``8 | L``; then ``g(k+1) =
-    g(k) - p(k+1) + c``. The seed's "largest ``k`` satisfying" the condition is read as the
-    expansion its text describes (FaBC "expands the compression target set only when the
-    ``(k+1)``-th node provides sufficient marginal benefit"): the first rank that fails stops
-    it. A later rank can pass again only when ``p`` stays nearly flat (``c + g/11 <= p < c +
-    g/10``); the greedy rule then stops earlier.
-
-    Args:
-      profile: :func:`frequency_profile` (non-increasing).
-      walk_length: ``L`` (bitmap bits).
-      mean_length: ``Lbar = T / N`` (``L`` for full-length walks).
-      k_max: an upper bound on ``k`` (None: none).
-
-    Returns:
-      ``k >= 0``; 0 means that no rank pays for its bitmap.
+    0.1 g(k)`` (it cuts the ratio by at least 10 % of its current value), with ``c`` the
+    per-rank overhead (:func:`rank_overhead`, ``Lbar = mean_length``); then ``g(k+1) = g(k) -
+    p(k+1) + c``. The seed's "largest ``k`` satisfying" the condition is read as the expansion
+    its text describes: the first rank that fails stops it. ``k_max`` bounds ``k``.
     """
     if mean_length <= 0:
         return 0
@@ -268,29 +219,12 @@ def corpus_hot_ids(walks: Walks, k: int) -> np.ndarray:
     return order[:k].astype(np.int32)
 
 
-# ---------------------------------------------------------------------- encode / decode
-
-
 def encode(
     walks: Walks, k: int, *, scope: Scope = "walk", hot_ids: np.ndarray | None = None
 ) -> CompressedWalks:
-    """Compresses ``walks`` with ``k`` hot ids (per walk, or corpus-wide).
-
-    Args:
-      walks: padded walks; tokens inside the lengths must be ids ``>= 0``.
-      k: hot slots (``>= 0``). ``k = 1, scope="walk"`` is the public FeLoG code's per-walk
-        top-1 (with exact byte accounting).
-      scope: ``"walk"`` (each walk's own top-``k`` ids) or ``"corpus"``.
-      hot_ids: ``"corpus"`` only: the hot ids to use (e.g. fixed from the first round's profile,
-        as the seed reuses its configuration); default: this corpus's top-``k``. At most ``k``
-        distinct ids ``>= 0``; missing slots are filled with ``-1``.
-
-    Returns:
-      :class:`CompressedWalks` with ``nbytes`` equal to :func:`eq6_bytes`.
-
-    Raises:
-      ValueError: negative ``k``, an unknown scope, malformed walks or ``hot_ids``.
-    """
+    """Compresses ``walks`` with ``k >= 0`` hot ids per walk (``scope="walk"``) or corpus-wide
+    (``hot_ids``, default: this corpus's top-``k``); the result's ``nbytes`` is :func:`eq6_bytes`.
+    Negative ``k``, an unknown scope, malformed walks or ``hot_ids`` raise ``ValueError``."""
     nodes, lengths = _check_walks(walks)
     scope = check_scope(scope)
     if k < 0:
@@ -301,7 +235,7 @@ def encode(
             raise ValueError("hot_ids applies to scope='corpus' only")
         ids = np.full((w, k), PAD, np.int32)
         if k:
-            _walk_topk_kernel(nodes, lengths, ids)
+            _ranks_kernel(nodes, lengths, ids, np.zeros((0, 0), np.int64))
     else:
         chosen = corpus_hot_ids(walks, k) if hot_ids is None else np.asarray(hot_ids)
         if chosen.ndim != 1 or chosen.size > k or (chosen < 0).any():
@@ -324,12 +258,8 @@ def encode(
 
 def pad_to_bucket(compressed: CompressedWalks) -> CompressedWalks:
     """``compressed`` with its walk count and residual length rounded up to a size class
-    (:func:`jaxgraph.embed.sizes.padded_size`: at most 16 sizes per octave, under 1/8 extra).
-
-    Added walks have length 0, no hot ids and empty bitmaps; the residual gains trailing zeros
-    that no walk reads. Decoding the result and keeping the first ``num_walks`` rows gives the
-    same walks as decoding ``compressed``.
-    """
+    (:func:`jaxgraph.embed.sizes.padded_size`): the added walks are empty and the residual gains
+    zeros no walk reads, so its first ``num_walks`` decoded rows are ``compressed``'s walks."""
     c = compressed
     w, r = c.num_walks, int(c.residual.shape[0])
     w_pad = padded_size(w) if w else 0
@@ -379,23 +309,13 @@ def decode_host(compressed: CompressedWalks) -> Walks:
 def decode_on_device(
     compressed: CompressedWalks, *, backend=None, interpret: bool = False
 ) -> tuple[jax.Array, jax.Array]:
-    """Decodes a (device) :class:`CompressedWalks` with :func:`pallas_kernels.bitmap.decode`.
-
-    Returns:
-      ``(nodes int32[W, L], lengths int32[W])`` on the device of the inputs.
-    """
+    """Decodes a (device) :class:`CompressedWalks` with :func:`pallas_kernels.bitmap.decode`:
+    ``(nodes int32[W, L], lengths int32[W])`` on the device of the inputs."""
     from pallas_kernels.bitmap import decode
 
     c = compressed
-    nodes = decode(
-        c.hot_ids,
-        c.bitmaps,
-        c.residual,
-        c.lengths,
-        walk_length=c.walk_length,
-        backend=backend,
-        interpret=interpret,
-    )
+    arrays = (c.hot_ids, c.bitmaps, c.residual, c.lengths)
+    nodes = decode(*arrays, walk_length=c.walk_length, backend=backend, interpret=interpret)
     return nodes, c.lengths
 
 
@@ -408,13 +328,9 @@ def compression_ratio(walks: Walks, k: int, scope: Scope = "walk") -> float:
 def ratio_table(
     walks: Walks, ks: tuple[int, ...] = (1, 2, 3), scope: Scope = "walk", *, k_max: int = 8
 ) -> dict[str, float]:
-    """The seed's Table 6 for one corpus: actual ratios of top-``k`` for ``ks`` and for the
-    ``k`` that Eq. 8 chooses.
-
-    Returns:
-      ``{"top1": ..., "top2": ..., "top3": ..., "chosen_k": k, "chosen": ratio,
-      "predicted_chosen": g(k)}`` (``"predicted_chosen"``: Eq. 7 from the profile).
-    """
+    """The seed's Table 6 for one corpus: ``{"top1": ..., "top2": ..., "top3": ...,
+    "chosen_k": k, "chosen": ratio, "predicted_chosen": g(k)}``, the actual ratios of top-``k``
+    for ``ks`` and for Eq. 8's ``k``, and Eq. 7's prediction for the latter."""
     profile = frequency_profile(walks, scope)
     n = walks.num_walks
     mean = walks.num_tokens / n if n else 0.0
@@ -425,9 +341,6 @@ def ratio_table(
     out["chosen"] = compression_ratio(walks, k, scope)
     out["predicted_chosen"] = predicted_ratio(profile, k, length, mean) if mean else 1.0
     return out
-
-
-# ---------------------------------------------------------------------- kernels
 
 
 @njit(nogil=True, cache=True)
@@ -449,26 +362,18 @@ def _sorted_runs(row, n):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _rank_counts_kernel(nodes, lengths, ranked):
+def _ranks_kernel(nodes, lengths, top_ids, top_counts):
+    """Per walk, the ids and the counts of its :func:`_sorted_runs`, as many as ``top_ids``
+    and ``top_counts`` have columns (either may have none)."""
     for i in prange(nodes.shape[0]):
         n = lengths[i]
         if n == 0:
             continue
-        _, cnt = _sorted_runs(nodes[i], n)
-        for s in range(cnt.shape[0]):
-            ranked[i, s] = cnt[s]
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _walk_topk_kernel(nodes, lengths, hot_ids):
-    k = hot_ids.shape[1]
-    for i in prange(nodes.shape[0]):
-        n = lengths[i]
-        if n == 0:
-            continue
-        ids, _ = _sorted_runs(nodes[i], n)
-        for s in range(min(k, ids.shape[0])):
-            hot_ids[i, s] = ids[s]
+        ids, cnt = _sorted_runs(nodes[i], n)
+        for s in range(min(top_ids.shape[1], ids.shape[0])):
+            top_ids[i, s] = ids[s]
+        for s in range(min(top_counts.shape[1], cnt.shape[0])):
+            top_counts[i, s] = cnt[s]
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -485,12 +390,11 @@ def _encode_kernel(nodes, lengths, hot_ids, count_only, offsets, bitmaps, residu
                 if hot_ids[i, s] == v:
                     slot = s
                     break
-            if slot >= 0:
-                if not count_only:
-                    bitmaps[i, slot, j >> 3] |= np.uint8(1 << (j & 7))
-            else:
+            if slot < 0:
                 if not count_only:
                     residual[pos] = v
                 pos += 1
+            elif not count_only:
+                bitmaps[i, slot, j >> 3] |= np.uint8(1 << (j & 7))
         if count_only:
             offsets[i] = pos

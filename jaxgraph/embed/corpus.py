@@ -1,18 +1,16 @@
 """Host planning of skip-gram training data: counts, sub-sampling, negative tables, pairs.
 
-The device trainer (:mod:`jaxgraph.embed.skipgram`) consumes flat ``(input, output)`` pairs cut
-into static ``[steps, batch]`` blocks with a weight mask; this module produces them from walks,
-following word2vec (Mikolov et al. 2013) exactly:
+Following word2vec (Mikolov et al. 2013) exactly:
 
 * **Sub-sampling**: a token of node ``v`` is kept with probability
   ``p(v) = min(1, (sqrt(c_v / (s T)) + 1) * s T / c_v)`` (``c_v`` its count, ``T`` the total,
   ``s`` = ``sample``; ``s <= 0`` keeps everything). Discarded tokens are removed from the walk
-  before windowing, so a window spans over them, as in word2vec.
-* **Window**: for every kept centre position a shrink ``b`` is drawn uniformly from
-  ``{0..w-1}``; the effective window ``w - b`` is uniform on ``{1..w}``.
+  before windowing, so a window spans over them.
+* **Window**: each kept centre draws a shrink ``b`` uniform on ``{0..w-1}``; the effective
+  window ``w - b`` is uniform on ``{1..w}``.
 * **Pairs**: centre ``j`` and each context ``c`` within the effective window give one pair with
-  input row ``syn0[tok[c]]`` and output row ``syn1[tok[j]]`` (word2vec's skip-gram: the
-  context word's input vector predicts the centre word).
+  input row ``syn0[tok[c]]`` and output row ``syn1[tok[j]]`` (the context word's input vector
+  predicts the centre word).
 * **Negatives** are drawn on the device from ``count ** 0.75`` with an alias table
   (:func:`alias_table`), O(1) per draw and exact.
 
@@ -41,11 +39,8 @@ def corpus_counts(walks: Walks, num_nodes: int) -> np.ndarray:
 
 
 def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
-    """word2vec's sub-sampling keep probability per node, ``float64[N]``.
-
-    ``p(c) = min(1, (sqrt(c / (s T)) + 1) * s T / c)`` with ``T = sum(counts)``; nodes with
-    ``c = 0`` (never in the corpus) get 1. ``sample <= 0`` disables sub-sampling (all 1).
-    """
+    """word2vec's sub-sampling keep probability per node (module docstring), ``float64[N]``:
+    1 for nodes never in the corpus, and for all with ``sample <= 0``."""
     counts = np.asarray(counts, np.float64)
     p = np.ones_like(counts)
     total = counts.sum()
@@ -59,11 +54,8 @@ def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
 
 
 def negative_weights(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
-    """The noise distribution ``counts ** power`` normalised, ``float64[N]``.
-
-    Raises:
-      ValueError: if every count is zero (nothing to sample).
-    """
+    """The noise distribution ``counts ** power`` normalised, ``float64[N]``; raises
+    ``ValueError`` if every count is zero (nothing to sample)."""
     w = np.asarray(counts, np.float64) ** power
     w[np.asarray(counts) <= 0] = 0.0
     total = w.sum()
@@ -73,14 +65,9 @@ def negative_weights(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
 
 
 def alias_table(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Walker's alias table (Vose's construction) for sampling ``i ~ probs``.
-
-    Draw ``i`` uniformly in ``[0, N)`` and ``u ~ U[0, 1)``; return ``i`` if ``u < accept[i]``,
-    else ``alias[i]``. Entries with probability 0 are never returned.
-
-    Returns:
-      ``(accept f32[N], alias int32[N])``.
-    """
+    """Walker's alias table (Vose's construction) for ``i ~ probs``: ``(accept f32[N], alias
+    int32[N])``. Draw ``i`` uniformly in ``[0, N)`` and ``u ~ U[0, 1)``; return ``i`` if
+    ``u < accept[i]``, else ``alias[i]`` (never an entry of probability 0)."""
     probs = np.asarray(probs, np.float64)
     n = probs.shape[0]
     scaled = probs * (n / probs.sum())
@@ -109,21 +96,14 @@ def skipgram_pairs(
     key: np.uint64,
     per_walk: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """All (input, output) skip-gram pairs of the given walks, in walk order.
+    """All skip-gram pairs of the given walks, in walk order: ``(inputs int32[M], outputs
+    int32[M])``, pair ``k`` training ``syn0[inputs[k]]`` against ``syn1[outputs[k]]``.
 
     Args:
-      walks: the walks (only ``nodes[i, :lengths[i]]`` is read).
       walk_ids: ``int64[W]`` stream id of each walk (its index in the round), so that a walk's
         pairs do not depend on which device or block it lands in.
-      keep_prob: ``float64[N]`` sub-sampling keep probability (:func:`keep_probability`).
-      window: maximum window ``w >= 1``.
       key: the round's 64-bit key (``_hostrng.round_key(seed, PURPOSE_PAIRS, round)``).
-      per_walk: :func:`pairs_per_walk` of the same arguments when the caller has it (its
-        counting pass is then skipped).
-
-    Returns:
-      ``(inputs int32[M], outputs int32[M])``: row ``k`` trains ``syn0[inputs[k]]`` against
-      ``syn1[outputs[k]]``.
+      per_walk: :func:`pairs_per_walk` of the same arguments, if known (saves its pass).
     """
     if per_walk is None:
         per_walk = pairs_per_walk(walks, walk_ids, keep_prob, window, key)

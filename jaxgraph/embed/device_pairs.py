@@ -1,21 +1,16 @@
 """Skip-gram pairs built on the device from walks, equal to the host enumeration.
 
-:func:`jaxgraph.embed.corpus.skipgram_pairs` builds the pairs of a round on the host (numba);
-the trainer then moves ``2 x 4`` bytes per pair to the devices, about ``2 w`` pairs per kept
-token. Building them on the device instead moves only the walks (4 bytes per token, or the
-FaBC-compressed corpus decoded on the device), which is what makes walk compression pay.
+Host-built pairs (:func:`jaxgraph.embed.corpus.skipgram_pairs`) move ``2 x 4`` bytes per pair
+to the devices, about ``2 w`` pairs per kept token; building them on the device moves only the
+walks (4 bytes per token, or the FaBC-compressed corpus), which is what makes compression pay.
 
-The device program draws from the same SplitMix64 streams as the host kernel
+The program draws from the same SplitMix64 streams as the host kernel
 (:mod:`jaxgraph.embed._hostrng`): draw ``k`` of a stream with initial state ``s0`` is
-``mix(s0 + (k + 1) gamma)``, a pure function of ``k``, so every token's draws are computed in
-parallel. JAX runs with 32-bit integers, so the 64-bit arithmetic is carried out on
-``(hi, lo)`` pairs of ``uint32``. The sub-sampling test ``u < p(v)`` with
-``u = (z >> 11) 2^-53`` is evaluated exactly as the integer test ``z >> 11 < ceil(p(v) 2^53)``,
-so the pairs, their order and their count equal the host's bit for bit (tested).
-
-Layout: the candidates of a walk block form a dense ``[W, L, 2w]`` array (centre position,
-context offset ``-w..-1, 1..w``) with a validity mask; a stable compaction writes the valid
-ones in (walk, centre, context) order, which is the host order.
+``mix(s0 + (k + 1) gamma)``, so every token's draws are computed in parallel, with the 64-bit
+arithmetic on ``(hi, lo)`` pairs of ``uint32``. The sub-sampling test ``u < p(v)``, ``u = (z >>
+11) 2^-53``, is the exact integer test ``z >> 11 < ceil(p(v) 2^53)``, so the pairs, their order
+and their count equal the host's bit for bit. The candidates form a dense ``[W, L, 2w]`` array
+(centre, context offset ``-w..-1, 1..w``) compacted stably into the host's order.
 """
 
 from __future__ import annotations
@@ -144,21 +139,16 @@ def skipgram_pairs_device(
     window: int,
     capacity: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The skip-gram pairs of ``walks`` on the device, in the host order.
+    """The skip-gram pairs of the walks ``nodes[i, :lengths[i]]`` (``int32[W, L]``; a padding
+    row has length 0) on the device, in the host order: ``(inputs int32[capacity], outputs
+    int32[capacity], count int32[])``, slots from ``count`` on holding 0.
 
     Args:
-      nodes: ``int32[W, L]`` walk rows; only ``nodes[i, :lengths[i]]`` is read.
-      lengths: ``int32[W]``; a padding row has length 0.
       walk_ids: ``uint32[W]`` stream id of each walk (its index in the round).
-      thresh_hi, thresh_lo: ``uint32[N]`` from :func:`keep_thresholds`.
-      key: ``uint32[2]`` from :func:`key_words`.
+      thresh_hi, thresh_lo, key: from :func:`keep_thresholds` and :func:`key_words`.
       window: maximum window ``w``, ``1 <= w <= MAX_WINDOW``.
       capacity: length of the output buffers (default :func:`pair_capacity`, which always
         suffices); pairs beyond it are dropped, and ``count`` still counts them.
-
-    Returns:
-      ``(inputs int32[capacity], outputs int32[capacity], count int32[])``; slots from
-      ``count`` on hold 0.
     """
     if not 1 <= window <= MAX_WINDOW:
         raise ValueError(f"window must be in [1, {MAX_WINDOW}], got {window}")
@@ -220,9 +210,8 @@ class DeviceWalks(NamedTuple):
         return int(np.asarray(self.lengths, np.int64).sum())
 
     def counts(self, num_nodes: int) -> np.ndarray:
-        """Host ``int64[N]`` occurrences of every node in the walks, counted on the device.
-        The lengths are padded to the rows' (size-class) count, so the count program compiles
-        once per size class, not once per corpus."""
+        """Host ``int64[N]`` occurrences of every node in the walks, counted on the device (the
+        lengths padded to the rows' size class, so that it compiles once per class)."""
         lengths = np.zeros(self.nodes.shape[0], np.int32)
         lengths[: self.num_walks] = self.lengths
         on_device = jax.device_put(lengths, self.nodes.sharding)

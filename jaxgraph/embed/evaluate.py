@@ -1,20 +1,16 @@
 """Evaluation of node embeddings, shared by every embedding method.
 
 **Link prediction** (FeLoG §6.4; DistGER's ``gtrain`` split): :func:`link_prediction_split`
-holds out a fraction (50 %) of the undirected edges as positive test edges, removing an edge only
-while both endpoints keep at least one training edge, so every node with degree >= 1 keeps degree
->= 1 in the training graph. As many negatives are drawn uniformly from the node pairs that are
-*not* edges of the full graph (``u != v``, no repeats). Embeddings are trained on
-``split.train_graph`` only; :func:`link_prediction_auc` scores pairs by ``syn0[u] . syn0[v]``
-(or the cosine, or ``syn0[u] . syn1[v]``) and reports the ROC AUC by rank sum (ties get average
-ranks), which equals ``sklearn.metrics.roc_auc_score``.
+holds out 50 % of the undirected edges, removing an edge only while both endpoints keep a
+training edge, and draws as many distinct non-edges of the full graph; embeddings train on
+``split.train_graph`` and :func:`link_prediction_auc` reports the ROC AUC of the pair scores
+(:func:`pair_scores`), equal to ``sklearn.metrics.roc_auc_score``.
 
 **Node classification** (DeepWalk's ``scoring.py``): :func:`node_classification` fits one
-L2-regularised logistic regression per label (one-vs-rest, ``C = 1``, liblinear: scikit-learn's
-default solver when DeepWalk published its numbers) on a random ``ratio`` of the labelled nodes,
-predicts for each test node its ``k`` most probable labels, ``k`` = its true label count, and
-reports Micro- and Macro-F1 (a label with no true and no predicted node scores 0, as
-scikit-learn's ``zero_division=0``), mean and std over shuffles.
+L2-regularised logistic regression per label (one-vs-rest, ``C = 1``, liblinear) on a random
+``ratio`` of the labelled nodes, predicts for each test node its ``k`` most probable labels,
+``k`` = its true label count, and reports Micro- and Macro-F1 (``zero_division=0``), mean and
+std over shuffles.
 
 **Retrieval** (Hit/MRR/nDCG@K on FAISS): :mod:`jaxgraph.embed.retrieval`.
 """
@@ -35,9 +31,7 @@ Score = Literal["dot", "cosine", "dot_context"]
 SCORES = ("dot", "cosine", "dot_context")
 RATIOS = tuple(round(0.1 * i, 1) for i in range(1, 10))
 SMALL_RATIOS = tuple(round(0.01 * i, 2) for i in range(1, 10))
-
-
-# ---------------------------------------------------------------------- link prediction
+_NODE_DATA = ("features", "labels", "train_mask", "val_mask", "test_mask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +60,9 @@ def undirected_edges(graph: Graph) -> np.ndarray:
 
 
 def link_prediction_split(graph: Graph, test_fraction: float = 0.5, *, seed: int) -> LinkSplit:
-    """Holds out ``test_fraction`` of the undirected edges (see the module docstring).
-
-    Raises:
-      ValueError: a directed graph, a fraction outside ``(0, 1)``, no removable edge, or too few
-        non-edges for the negatives.
-    """
+    """Holds out ``test_fraction`` of the undirected edges (see the module docstring); raises
+    ``ValueError`` for a directed graph, a fraction outside ``(0, 1)``, no removable edge, or too
+    few non-edges for the negatives."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     if not graph.is_symmetric():
@@ -94,17 +85,10 @@ def link_prediction_split(graph: Graph, test_fraction: float = 0.5, *, seed: int
             f"{test_pos.shape[0]} negatives needed"
         )
     test_neg = _sample_non_edges(edges, n, test_pos.shape[0], rng)
+    kept = {k: getattr(graph, k) for k in _NODE_DATA}  # same nodes, labels and features
+    name = f"{graph.name}-lp-train"
     train_graph = Graph.from_edges(
-        train[:, 0],
-        train[:, 1],
-        num_nodes=n,
-        symmetrize=True,
-        features=graph.features,
-        labels=graph.labels,
-        train_mask=graph.train_mask,
-        val_mask=graph.val_mask,
-        test_mask=graph.test_mask,
-        name=f"{graph.name}-lp-train",
+        train[:, 0], train[:, 1], num_nodes=n, symmetrize=True, name=name, **kept
     )
     return LinkSplit(train_graph, test_pos, test_neg, test_pos.shape[0] / edges.shape[0])
 
@@ -147,13 +131,8 @@ def _sample_non_edges(edges: np.ndarray, n: int, m: int, rng) -> np.ndarray:
 
 
 def roc_auc(y_true, y_score) -> float:
-    """ROC AUC by the rank-sum (Mann-Whitney) statistic, ties at average rank.
-
-    Equals ``sklearn.metrics.roc_auc_score(y_true, y_score)``.
-
-    Raises:
-      ValueError: if ``y_true`` holds only one class.
-    """
+    """ROC AUC by the rank-sum (Mann-Whitney) statistic, ties at average rank (equals
+    ``sklearn.metrics.roc_auc_score``); raises ``ValueError`` if ``y_true`` has one class."""
     y_true = np.asarray(y_true).astype(bool)
     n_pos = int(y_true.sum())
     n_neg = y_true.size - n_pos
@@ -167,11 +146,7 @@ def pair_scores(
     pairs: np.ndarray, syn0: np.ndarray, score: Score = "dot", syn1: np.ndarray | None = None
 ) -> np.ndarray:
     """Scores of node pairs, ``float64[M]``: ``dot`` ``syn0[u].syn0[v]``, ``cosine``, or
-    ``dot_context`` ``syn0[u].syn1[v]``.
-
-    Raises:
-      ValueError: unknown score, or ``dot_context`` without ``syn1``.
-    """
+    ``dot_context`` ``syn0[u].syn1[v]`` (which needs ``syn1``)."""
     if score not in SCORES:
         raise ValueError(f"unknown score {score!r}; expected one of {SCORES}")
     x = np.asarray(syn0, np.float64)
@@ -207,18 +182,9 @@ def link_prediction(
     test_fraction: float = 0.5,
     scores: Sequence[Score] = ("dot",),
 ) -> dict[str, dict[str, float]]:
-    """Mean and std of the AUC over seeded splits, training on each split's training graph.
-
-    Args:
-      graph: the full undirected graph.
-      train_fn: ``(train_graph, seed) -> (syn0, syn1)``.
-      seeds: one split (and one training run) per seed.
-      test_fraction: held-out fraction.
-      scores: pair scores to report.
-
-    Returns:
-      ``{score: {"mean", "std", "values"}}``.
-    """
+    """Mean and std of the AUC over seeded splits of ``graph``, training on each split's
+    training graph with ``train_fn(train_graph, seed) -> (syn0, syn1)``: ``{score: {"mean",
+    "std", "values"}}``."""
     values = {s: [] for s in scores}
     for seed in seeds:
         split = link_prediction_split(graph, test_fraction, seed=seed)
@@ -231,9 +197,6 @@ def link_prediction(
 def _mean_std(values) -> dict:
     v = np.asarray(values, np.float64)
     return {"mean": float(v.mean()), "std": float(v.std()), "values": [float(x) for x in v]}
-
-
-# ---------------------------------------------------------------------- node classification
 
 
 def label_matrix(labels: np.ndarray) -> np.ndarray:
@@ -313,23 +276,11 @@ def node_classification(
 ) -> dict[float, dict[str, dict]]:
     """Micro/Macro-F1 of top-k one-vs-rest logistic regression (see the module docstring).
 
-    Args:
-      embeddings: ``f32[N, d]``.
-      labels: ``int[N]`` (``-1`` = unlabelled) or ``bool[N, C]``; nodes without any label are
-        left out.
-      train_ratios: fractions of the labelled nodes used for training (``SMALL_RATIOS`` for
-        large graphs).
-      shuffles: random splits per ratio.
-      seed: seeds the shuffles.
-      C: inverse L2 strength.
-      solver: scikit-learn solver.
+    ``labels``: ``int[N]`` (``-1`` = unlabelled) or ``bool[N, C]``; ``train_ratios``: shares
+    of the labelled nodes to train on (``SMALL_RATIOS`` for large graphs), ``shuffles`` each.
 
-    Returns:
-      ``{ratio: {"micro": {"mean", "std", "values"}, "macro": {...}}}``.
-
-    Raises:
-      ValueError: mismatched shapes, a ratio outside ``(0, 1)``, or fewer than 2 labelled
-        nodes.
+    Returns ``{ratio: {"micro": {"mean", "std", "values"}, "macro": {...}}}``; raises
+    ``ValueError`` for mismatched shapes, a ratio outside ``(0, 1)`` or under 2 labelled nodes.
     """
     x = np.asarray(embeddings, np.float64)
     y = label_matrix(labels)

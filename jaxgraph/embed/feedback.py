@@ -11,26 +11,13 @@ Nodes with ``Psi(v) >= mu`` are considered trained and stop starting walks (Eq. 
 
     V_a^{r+1} = {v in V_a^r : Psi(v) < mu}
 
-Round 0 starts from every node with at least one out-edge (a walk from a node without
-neighbours has no pair to train). Inactive nodes still appear inside other nodes' walks.
-
-Options beyond the paper's rule:
-
-* ``stop_ratio`` (the public FeLoG code, 0.7): stop when the share of the round's active nodes
-  that stay active exceeds the ratio (the frontier has stopped shrinking).
-* ``reactivate`` (FeLoG §5.1: "the active frontier is recomputed every round, enabling nodes
-  to be reactivated"): compute Psi for all candidate nodes and set
-  ``V_a = {v : Psi(v) < mu}``; the number of reactivated nodes is reported. Off by default,
-  which makes inactivity permanent (the public code's behaviour).
-* ``warmup_rounds``: rounds trained from the full start set before the first pruning (the
-  public code's ``--min_R``); 0 by default, as in the paper ("FeeST starts pruning from the
-  first round").
-* ``center``: subtract the mean input vector before taking cosines. Early in training all
-  skip-gram input vectors share a large common component, so the raw cosine of *any* two
-  nodes is close to 1 (on BlogCatalog after one round of one walk per node the median raw
-  ``Psi`` is 0.98 while node classification is at chance) and the paper's rule then retires
-  almost every node at once. Centring removes that component; off by default (Eq. 4 as
-  published).
+Round 0 starts from every node with an out-edge; inactive nodes still appear in other walks.
+Options beyond the paper's rule (:class:`FeedbackConfig`): ``stop_ratio`` (the public code's
+stop once the frontier stops shrinking), ``reactivate`` (§5.1's recomputed frontier; off, as
+in the public code, makes inactivity permanent), ``warmup_rounds`` (the public code's
+``--min_R``) and ``center``: early in training all input vectors share a large common
+component, so raw cosines are near 1 for any two nodes and the paper's rule retires almost
+every node at once; centring removes it.
 """
 
 from __future__ import annotations
@@ -86,19 +73,9 @@ def neighbour_consistency(
     round_index: int = 0,
     center: bool = False,
 ) -> np.ndarray:
-    """``Psi(v)`` for the given nodes (Eq. 4; see the module docstring).
-
-    Args:
-      vectors: ``f32[N, d]`` input vectors (``syn0``).
-      indptr, indices: neighbour CSR (:func:`jaxgraph.embed.walks.out_csr`).
-      nodes: ``int[M]`` nodes to score.
-      num_neighbors: ``k_s``; nodes with more neighbours use a uniform ``k_s``-subset.
-      seed, round_index: fix the neighbour samples.
-      center: subtract the mean of ``vectors`` first.
-
-    Returns:
-      ``float64[M]`` mean cosine similarity, in ``[-1, 1]``.
-    """
+    """``Psi(v)`` of ``nodes`` (Eq. 4), ``float64[M]`` in ``[-1, 1]``, from the input vectors
+    ``f32[N, d]`` and the neighbour CSR (:func:`jaxgraph.embed.walks.out_csr`). ``seed`` and
+    ``round_index`` fix the neighbour samples; ``center`` subtracts the mean vector first."""
     vectors = np.asarray(vectors, np.float32)
     if center:
         vectors = vectors - vectors.mean(axis=0, dtype=np.float64).astype(np.float32)
@@ -168,33 +145,16 @@ def update_active_set(
     round_index: int,
     ever_inactive: np.ndarray | None = None,
 ) -> FeedbackStep:
-    """Applies the rule of the module docstring after round ``round_index``.
-
-    Args:
-      active: ``int[A]`` this round's active nodes.
-      vectors: ``f32[N, d]`` the input vectors after the round.
-      indptr, indices: neighbour CSR.
-      config: the rule.
-      seed, round_index: fix the neighbour samples.
-      ever_inactive: ``bool[N]`` updated in place with the nodes that left the frontier
-        (needed to count reactivations).
-
-    Returns:
-      :class:`FeedbackStep`.
-    """
+    """Applies the rule of the module docstring to round ``round_index``'s ``active`` nodes,
+    given the input vectors ``f32[N, d]`` after it. ``ever_inactive`` (``bool[N]``) is updated
+    in place with the nodes that left the frontier (needed to count reactivations)."""
     active = np.asarray(active, np.int32)
     if round_index < config.warmup_rounds:
         return FeedbackStep(active, 0, float("nan"), 0, stop=active.size == 0)
     candidates = initial_active_set(indptr) if config.reactivate else active
+    k, center = config.num_neighbors, config.center
     psi = neighbour_consistency(
-        vectors,
-        indptr,
-        indices,
-        candidates,
-        config.num_neighbors,
-        seed=seed,
-        round_index=round_index,
-        center=config.center,
+        vectors, indptr, indices, candidates, k, seed=seed, round_index=round_index, center=center
     )
     nxt = candidates[psi < config.mu].astype(np.int32)
     reactivated = 0

@@ -1,20 +1,15 @@
 """Whether a round of skip-gram training stayed in its healthy range.
 
-Two figures of every round (:class:`jaxgraph.embed.run.RoundLog`) say whether SGNS is training
-or diverging:
+Two figures of every round (:class:`jaxgraph.embed.rounds.RoundLog`) tell training from
+diverging:
 
-* **loss per pair**: ``-log sigmoid(s.o_0) - sum_k log sigmoid(-s.o_k)``. The untrained tables
-  (``syn1 = 0``, word2vec's initialisation) score every pair at ``(K + 1) ln 2`` (4.16 for
-  ``K = 5``), and training lowers it (2-3 on the bundled graphs). A round whose mean is above
-  that trained the tables into something worse than no training.
-* **the largest row norm** of ``syn0`` and ``syn1``. Healthy tables stay below about 10 at
-  ``d = 128`` (gensim's DeepWalk on ca-AstroPh: 6.8). A dot product of two rows of norm 100
-  can reach ``10^4``, where ``sigmoid`` is 0 or 1 in float32 and the gradient vanishes, so a
-  row that grows past it no longer trains: it only distorts dot-product scores.
+* **loss per pair**: the untrained tables (``syn1 = 0``) score ``(K + 1) ln 2`` per pair; a
+  round above that left the tables worse than no training.
+* **the largest row norm**: healthy tables stay below about 10 at ``d = 128``; past about 100,
+  dot products saturate ``sigmoid`` in float32 and the row no longer trains.
 
-A round outside either range is reported (a :class:`UnhealthyTraining` warning naming the
-round, the figure and its bound) and, with ``action="stop"``, ends the run. A non-finite loss
-always ends it: nothing is trained through a NaN.
+A round outside either range raises a :class:`UnhealthyTraining` warning and, with
+``action="stop"``, ends the run; a non-finite loss always ends it.
 """
 
 from __future__ import annotations

@@ -1,37 +1,21 @@
 """RiPP: the round-interleaved pipeline of the embedding loop (FeLoG §5.3, §6.7).
 
-Each round runs six operators::
-
-    host:    walk (numba walkers)  -> encode (FaBC)  -> corpus checkpoint
-    device:  decode (bitmap kernel) -> train (skip-gram + syncs) -> feedback (FeeST)
-
-The feedback after round ``f`` yields the active set of later rounds. With a lag ``l``, the
-walks of round ``r`` start from the active set computed after round ``r - 1 - l`` (the initial
-set while ``r - 1 - l < 0``). ``l = 0`` is the plain loop; ``l = 1`` lets the walks of round
-``r + 1`` be generated while round ``r`` trains.
+A round runs walk, encode (FaBC) and the corpus checkpoint on the host, then decode, train and
+feedback (FeeST) on the devices. With a lag ``l``, the walks of round ``r`` start from the
+active set computed after round ``r - 1 - l`` (the initial set while that is negative):
+``l = 0`` is the plain loop, ``l = 1`` lets round ``r + 1`` walk while round ``r`` trains.
 
 Schedules (:class:`PipelineConfig.mode`):
 
 * ``sequential``: the operators run one after the other on the calling thread.
-* ``deterministic``: the host operators run in a producer thread ahead of the trainer, handing
-  corpora over through a bounded queue; round ``r`` waits for exactly the active set of round
-  ``r - 1 - l``. Walks, pairs and negatives are keyed by ``(seed, round)``, so the embeddings
-  are bit-identical to the ``sequential`` schedule with the same lag.
-* ``overlapped``: as ``deterministic``, but round ``r`` starts from the newest active set
-  available when its walks begin (at least that of round ``r - 1 - l``), so the staleness is
-  between 0 and ``l`` rounds and depends on timing (FeLoG's behaviour, minus its time-boxed
-  walk rounds).
+* ``deterministic``: the host operators run in a producer thread ahead of the trainer, through
+  a bounded queue; round ``r`` waits for exactly the active set of round ``r - 1 - l``, so the
+  embeddings are bit-identical to ``sequential`` with the same lag.
+* ``overlapped``: round ``r`` starts from the newest active set available (at least that of
+  round ``r - 1 - l``), so its staleness depends on timing (FeLoG's behaviour).
 
-The numba walkers and encoders are compiled with ``nogil=True``, so a host thread samples while
-the main thread dispatches JAX programs. Stops propagate without deadlock: every blocking
-``put``/``get``/wait polls a shared stop event; an exception in either thread (including
-``KeyboardInterrupt``) sets it, the other side leaves, and the first error is re-raised by
-:func:`run_stages` (for an embedding run, :func:`jaxgraph.embed.rounds.run_rounds`).
-
-Checkpoints (``checkpoint_dir``; files of :mod:`jaxgraph.embed.checkpoints`): after every
-round the corpus and the train state; a state from another run names the settings that differ.
-A run started on a directory that holds state checkpoints resumes after the last complete
-round; corpora already written for later rounds are reused.
+The numba kernels release the GIL, so a host thread samples while the main thread dispatches
+JAX programs; every blocking wait polls a shared stop event.
 """
 
 from __future__ import annotations
@@ -62,8 +46,6 @@ class PipelineConfig:
         it (``0`` allows no overlap of walks with training).
       queue_size: corpora the producer may hold ready ahead of the trainer.
       poll_seconds: timeout of each blocking queue operation before the stop event is checked.
-
-    CPU-sized run: ``cpu_config("felog", pipeline=PipelineConfig("deterministic"))``.
     """
 
     mode: Mode = flag("--pipeline", "sequential")
@@ -98,25 +80,17 @@ class Span:
     end: float
 
 
-# ---------------------------------------------------------------------- the rounds
-
-
 class StopSignal(Exception):
     """Raised inside a stage when the shared stop event is set."""
 
 
-# ---------------------------------------------------------------------- schedules
-
-
 def _put(q: queue.Queue, item, stop: threading.Event, poll: float) -> None:
-    while True:
-        if stop.is_set():
-            raise StopSignal
+    while not stop.is_set():
         try:
-            q.put(item, timeout=poll)
-            return
+            return q.put(item, timeout=poll)
         except queue.Full:
-            continue
+            pass
+    raise StopSignal
 
 
 def _get(q: queue.Queue, stop: threading.Event, poll: float):
@@ -139,17 +113,13 @@ def run_stages(
     stop: threading.Event | None = None,
     join_seconds: float = 30.0,
 ) -> int:
-    """Runs ``consume(produce(r))`` for ``r`` in ``rounds`` until ``consume`` returns True.
+    """Runs ``consume(produce(r))`` for ``r`` in ``rounds`` until ``consume`` returns True;
+    returns the number of rounds consumed.
 
     Threaded: ``produce`` runs in a producer thread up to ``queue_size`` rounds ahead, through a
     bounded queue; rounds reach ``consume`` in order. An exception on either side (or ``stop``
-    being set) stops both without deadlock, including a producer blocked on a full queue.
-
-    Returns:
-      the number of rounds consumed.
-
-    Raises:
-      the first exception of a stage; :class:`PipelineStopped` if ``stop`` was set from outside.
+    being set) stops both without deadlock, including a producer blocked on a full queue, and
+    re-raises the first one (:class:`PipelineStopped` if ``stop`` was set from outside).
     """
     stop = stop or threading.Event()
     done = 0
@@ -197,15 +167,9 @@ def run_stages(
     return done
 
 
-# ---------------------------------------------------------------------- utilisation
-
-
 def busy_fractions(spans: list[Span], ops: tuple[str, ...], bins: int = 0):
-    """The fraction of the run during which at least one of ``ops`` ran.
-
-    Returns:
-      the overall fraction, or with ``bins > 0`` ``(edges f64[bins+1], fraction f64[bins])``.
-    """
+    """The fraction of the run during which at least one of ``ops`` ran, or with ``bins > 0``
+    per bin: ``(edges f64[bins+1], fraction f64[bins])``."""
     chosen = sorted((s.start, s.end) for s in spans if s.op in ops)
     total = max((s.end for s in spans), default=0.0)
     merged: list[list[float]] = []

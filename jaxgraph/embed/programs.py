@@ -29,6 +29,16 @@ from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import Bounded, place
 
 
+def _shard_jit(fn, mesh, axis_name, ins, outs, donate=(), **static):
+    """``jit(shard_map(fn))`` with ``axis_name`` and ``static`` bound; ``ins`` and ``outs`` are
+    ``(sharded, replicated)`` counts: that many leading arguments (results) sharded on
+    ``axis_name``, then that many replicated."""
+    specs = lambda counts: (P(axis_name),) * counts[0] + (P(),) * counts[1]
+    fn = functools.partial(fn, axis_name=axis_name, **static)
+    mapped = jax.shard_map(fn, mesh=mesh, in_specs=specs(ins), out_specs=specs(outs))
+    return jax.jit(mapped, donate_argnums=donate)
+
+
 def _train_chunk(
     tables,
     inputs,
@@ -49,13 +59,12 @@ def _train_chunk(
 ):
     """The first ``num_steps`` of ``S`` buffered SGNS steps on this device's replica.
 
-    ``num_steps`` (``S'``) is traced, so one compiled program serves every chunk length;
-    buffer slots past its ``S' B`` pairs are never read. Batches are interleaved (module
-    docstring) within spans of ``I = span`` steps (None: the whole chunk): step ``s`` of the
-    span starting at step ``g`` trains pairs ``g B + (s - g) + I' j`` (``j < B``) of the
-    flattened buffer, ``I' = min(I, S' - g)`` the span's length.
-    Step ``s`` draws its negatives from ``fold_in(fold_in(key, first_step + s), device)``,
-    ``K`` for every group of ``share`` consecutive pairs of its batch.
+    ``num_steps`` (``S'``) is traced, so one compiled program serves every chunk length. Batches
+    are interleaved (:mod:`jaxgraph.embed.sgns`) within spans of ``I = span`` steps (None: the
+    whole chunk): step ``s`` of the span starting at step ``g`` trains pairs
+    ``g B + (s - g) + I' j`` (``j < B``) of the flattened buffer, ``I' = min(I, S' - g)``.
+    Step ``s`` draws ``K`` negatives per group of ``share`` pairs from
+    ``fold_in(fold_in(key, first_step + s), device)``.
 
     Shapes (per device):
       ``tables: Tables(f32[1, N, d], f32[1, N, d])``, ``inputs, outputs: int32[1, S, B]``,
@@ -92,12 +101,12 @@ def _train_chunk(
     return Tables(syn0[None], syn1[None]), loss[None]
 
 
-def _sync_tables(tables, anchor, *, axis_name, sync):
-    """Shapes (per device): ``Tables(f32[1, N, d], f32[1, N, d])`` and the same (or ``None``)
-    anchor -> same."""
+def _sync_tables(tables, anchor, *index, axis_name, sync):
+    """Shapes (per device): ``Tables(f32[1, N, d], f32[1, N, d])``, the same (or ``None``)
+    anchor and, for a planned sync, ``index: int32[C]`` (replicated) -> tables and anchor."""
     squeeze = lambda t: None if t is None else Tables(*(a[0] for a in t))
     unsqueeze = lambda t: None if t is None else Tables(*(a[None] for a in t))
-    tables, anchor = sync(squeeze(tables), squeeze(anchor), axis_name=axis_name)
+    tables, anchor = sync(squeeze(tables), squeeze(anchor), *index, axis_name=axis_name)
     return unsqueeze(tables), unsqueeze(anchor)
 
 
@@ -110,31 +119,11 @@ def train_program(
     share: int = 1,
     span: int | None = None,
 ):
-    """The jitted data-parallel training program (cached per mesh, ``K`` and row cap).
-
-    ``train(tables, inputs, outputs, weights, lr, num_steps, first_step, key, accept, alias)
-    -> (tables, loss f32[P])`` runs the first ``num_steps`` buffered steps on every replica;
-    replica ``p`` draws the negatives of step ``s`` from
-    ``fold_in(fold_in(key, first_step + s), p)``. Tables are ``f32[P, N, d]`` sharded on
-    ``axis_name`` (donated), the pair buffers ``[P, S, B]`` likewise; the rest is replicated.
-    """
-    shard, rep = P(axis_name), P()
-    return jax.jit(
-        jax.shard_map(
-            functools.partial(
-                _train_chunk,
-                axis_name=axis_name,
-                negatives=negatives,
-                row_cap=row_cap,
-                share=share,
-                span=span,
-            ),
-            mesh=mesh,
-            in_specs=(shard, shard, shard, shard, rep, rep, rep, rep, rep, rep),
-            out_specs=(shard, shard),
-        ),
-        donate_argnums=0,
-    )
+    """The jitted :func:`_train_chunk` on every replica, ``train(tables, inputs, outputs,
+    weights, lr, num_steps, first_step, key, accept, alias) -> (tables, loss f32[P])``: tables
+    (donated) and pair buffers sharded on ``axis_name``, the rest replicated."""
+    static = dict(negatives=negatives, row_cap=row_cap, share=share, span=span)
+    return _shard_jit(_train_chunk, mesh, axis_name, (4, 6), (2, 0), 0, **static)
 
 
 def _train_buffered(
@@ -151,18 +140,12 @@ def _train_buffered(
     accept,
     alias,
     *,
-    axis_name,
-    negatives,
     batch,
-    row_cap,
-    share=1,
-    span=None,
+    **static,
 ):
     """:func:`_train_chunk` on steps ``start .. start + num_steps`` of pair buffers held on
-    the device (:func:`pairs_program`): the chunk is pairs ``start B .. (start + num_steps) B``
-    of this device's buffer (interleaved into steps as there), weight 0 from ``count`` on.
-    ``updates`` accumulates the rows trained (input and positive output row of every pair) per
-    device.
+    the device (:func:`pairs_program`), weight 0 from ``count`` on. ``updates`` accumulates the
+    rows trained (input and positive output row of every pair) per device.
 
     Shapes (per device):
       ``inputs, outputs: int32[1, M]`` with ``M >= (start + S) B``, ``count: int32[1]``,
@@ -176,22 +159,9 @@ def _train_buffered(
     at = lo + jnp.arange(size, dtype=jnp.int32)
     live = (at < count[0]) & (at < lo + num_steps * batch)
     shape = (1, lr.shape[0], batch)
+    chunk = (x_in.reshape(shape), x_out.reshape(shape), live.astype(jnp.float32).reshape(shape))
     tables, loss = _train_chunk(
-        tables,
-        x_in.reshape(shape),
-        x_out.reshape(shape),
-        live.astype(jnp.float32).reshape(shape),
-        lr,
-        num_steps,
-        first_step,
-        key,
-        accept,
-        alias,
-        axis_name=axis_name,
-        negatives=negatives,
-        row_cap=row_cap,
-        share=share,
-        span=span,
+        tables, *chunk, lr, num_steps, first_step, key, accept, alias, **static
     )
     hits = live.astype(jnp.int32)
     updates = updates[0].at[x_in].add(hits).at[x_out].add(hits)
@@ -208,28 +178,11 @@ def buffered_train_program(
     share: int = 1,
     span: int | None = None,
 ):
-    """The jitted :func:`_train_buffered` (tables and ``updates`` donated): ``train(tables,
-    inputs, outputs, count, updates, lr, num_steps, start, first_step, key, accept, alias) ->
-    (tables, loss f32[P], updates)``; buffers, counts and ``updates`` sharded on
-    ``axis_name``."""
-    shard, rep = P(axis_name), P()
-    return jax.jit(
-        jax.shard_map(
-            functools.partial(
-                _train_buffered,
-                axis_name=axis_name,
-                negatives=negatives,
-                batch=batch,
-                row_cap=row_cap,
-                share=share,
-                span=span,
-            ),
-            mesh=mesh,
-            in_specs=(shard,) * 5 + (rep,) * 7,
-            out_specs=(shard, shard, shard),
-        ),
-        donate_argnums=(0, 4),
-    )
+    """The jitted :func:`_train_buffered`: ``train(tables, inputs, outputs, count, updates, lr,
+    num_steps, start, first_step, key, accept, alias) -> (tables, loss f32[P], updates)``, the
+    first five sharded on ``axis_name`` (tables and ``updates`` donated)."""
+    static = dict(negatives=negatives, batch=batch, row_cap=row_cap, share=share, span=span)
+    return _shard_jit(_train_buffered, mesh, axis_name, (5, 7), (3, 0), (0, 4), **static)
 
 
 def _device_pairs(nodes, lengths, ids, thresh_hi, thresh_lo, key, *, window, capacity, axis_name):
@@ -251,56 +204,22 @@ def pairs_program(mesh: Mesh, axis_name: str, window: int, capacity: int):
     """The jitted per-device pair builder: every device enumerates the skip-gram pairs of its
     own walks (:func:`jaxgraph.embed.device_pairs.skipgram_pairs_device`) into a buffer of
     ``capacity`` slots."""
-    shard, rep = P(axis_name), P()
-    return jax.jit(
-        jax.shard_map(
-            functools.partial(_device_pairs, window=window, capacity=capacity, axis_name=axis_name),
-            mesh=mesh,
-            in_specs=(shard, shard, shard, rep, rep, rep),
-            out_specs=(shard, shard, shard, rep),
-        )
-    )
-
-
-def _sync_tables_indexed(tables, anchor, index, *, axis_name, sync):
-    """Shapes (per device): ``Tables(f32[1, N, d], f32[1, N, d])``, the same (or ``None``)
-    anchor and ``index: int32[C]`` (replicated) -> tables and anchor."""
-    squeeze = lambda t: None if t is None else Tables(*(a[0] for a in t))
-    unsqueeze = lambda t: None if t is None else Tables(*(a[None] for a in t))
-    tables, anchor = sync(squeeze(tables), squeeze(anchor), index, axis_name=axis_name)
-    return unsqueeze(tables), unsqueeze(anchor)
+    static = dict(window=window, capacity=capacity)
+    return _shard_jit(_device_pairs, mesh, axis_name, (3, 3), (3, 1), **static)
 
 
 @functools.lru_cache(maxsize=32)
 def indexed_sync_program(mesh: Mesh, axis_name: str, sync: TableSync):
     """The jitted ``(tables, anchor, index) -> (tables, anchor)`` of a planned sync: ``index:
     int32[C]`` replicated, tables ``f32[P, N, d]`` sharded on ``axis_name`` (both donated)."""
-    shard = P(axis_name)
-    return jax.jit(
-        jax.shard_map(
-            functools.partial(_sync_tables_indexed, axis_name=axis_name, sync=sync),
-            mesh=mesh,
-            in_specs=(shard, shard, P()),
-            out_specs=(shard, shard),
-        ),
-        donate_argnums=(0, 1),
-    )
+    return _shard_jit(_sync_tables, mesh, axis_name, (2, 1), (2, 0), (0, 1), sync=sync)
 
 
 @functools.lru_cache(maxsize=32)
 def sync_program(mesh: Mesh, axis_name: str, sync: TableSync):
     """The jitted ``(tables, anchor) -> (tables, anchor)`` applying ``sync`` on every replica
     (tables ``f32[P, N, d]`` sharded on ``axis_name``, both donated)."""
-    shard = P(axis_name)
-    return jax.jit(
-        jax.shard_map(
-            functools.partial(_sync_tables, axis_name=axis_name, sync=sync),
-            mesh=mesh,
-            in_specs=(shard, shard),
-            out_specs=(shard, shard),
-        ),
-        donate_argnums=(0, 1),
-    )
+    return _shard_jit(_sync_tables, mesh, axis_name, (2, 0), (2, 0), (0, 1), sync=sync)
 
 
 def device_block_pairs(
@@ -309,12 +228,8 @@ def device_block_pairs(
     """Moves the walks ``ids`` to the devices (split evenly, in order, as the host-built pairs
     are) and builds their pairs there (:func:`pairs_program`).
 
-    Returns:
-      ``((inputs, outputs, counts), per_device_counts, bytes_sent)`` with the buffers
-      ``int32[P, M]`` and ``counts int32[P]`` sharded over the mesh, and the bytes of walk
-      rows, lengths and ids moved host -> device (rows already on a device move device ->
-      device and are not counted).
-    """
+    Returns ``((inputs, outputs, counts), per_device_counts, bytes_sent)``: the buffers
+    ``int32[P, M]`` and ``counts int32[P]`` sharded over the mesh, and the bytes sent."""
     p, axis = mesh.shape[mesh.axis_names[0]], mesh.axis_names[0]
     shard = NamedSharding(mesh, P(axis))
     parts = np.array_split(ids, p)
@@ -342,9 +257,7 @@ def device_block_pairs(
 
 class TrainerPrograms(NamedTuple):
     """The programs of one :class:`~jaxgraph.embed.skipgram.SkipGramTrainer`, each
-    :class:`~jaxgraph.mesh.Bounded`: on an emulated CPU mesh each call waits for its result, so
-    a round never queues collectives into the rendezvous abort of that runtime; elsewhere
-    dispatch stays asynchronous.
+    :class:`~jaxgraph.mesh.Bounded` (on an emulated CPU mesh a call waits for its result).
 
     Attributes:
       train, train_buffered: steps from host-built and from device-built pair buffers.
@@ -364,21 +277,17 @@ class TrainerPrograms(NamedTuple):
 
 def trainer_programs(mesh: Mesh, config: SkipGramConfig, sync: TableSync) -> TrainerPrograms:
     """The programs a trainer with ``config`` and the periodic ``sync`` runs on ``mesh``."""
-    axis, k, cap = mesh.axis_names[0], config.negatives, config.row_cap
+    axis, k, b, cap = mesh.axis_names[0], config.negatives, config.batch_size, config.row_cap
     share, span = config.shared_negatives, config.interleave
-    planned = isinstance(sync, PlannedSync)
+    periodic = indexed_sync_program if isinstance(sync, PlannedSync) else sync_program
+    input_rows = indexed_sync_program(mesh, axis, sync) if isinstance(sync, AllSync) else None
+    bound = lambda program: None if program is None else Bounded(program, mesh)
     return TrainerPrograms(
-        train=Bounded(train_program(mesh, axis, k, cap, share, span), mesh),
-        train_buffered=Bounded(
-            buffered_train_program(mesh, axis, k, config.batch_size, cap, share, span), mesh
-        ),
-        full_sync=Bounded(sync_program(mesh, axis, AllSync(sync.merge)), mesh),
-        periodic_sync=Bounded(
-            (indexed_sync_program if planned else sync_program)(mesh, axis, sync), mesh
-        ),
-        input_rows_sync=Bounded(indexed_sync_program(mesh, axis, sync), mesh)
-        if isinstance(sync, AllSync)
-        else None,
+        train=bound(train_program(mesh, axis, k, cap, share, span)),
+        train_buffered=bound(buffered_train_program(mesh, axis, k, b, cap, share, span)),
+        full_sync=bound(sync_program(mesh, axis, AllSync(sync.merge))),
+        periodic_sync=bound(periodic(mesh, axis, sync)),
+        input_rows_sync=bound(input_rows),
     )
 
 

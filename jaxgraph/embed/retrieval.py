@@ -36,14 +36,8 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 def top_k_inner_product(
     base: np.ndarray, queries: np.ndarray, k: int, backend: Backend = "faiss"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact maximum-inner-product search.
-
-    Returns:
-      ``(scores f32[Q, k], ids int64[Q, k])``, best first.
-
-    Shapes:
-      ``base: f32[N, d]``, ``queries: f32[Q, d]``, ``k <= N``.
-    """
+    """Exact maximum-inner-product search of ``queries: f32[Q, d]`` in ``base: f32[N, d]``:
+    ``(scores f32[Q, k], ids int64[Q, k])``, best first (``k`` capped at ``N``)."""
     base = np.ascontiguousarray(base, np.float32)
     queries = np.ascontiguousarray(queries, np.float32)
     k = min(k, base.shape[0])
@@ -77,11 +71,8 @@ def filtered_top_k(
     backend: Backend = "faiss",
 ) -> np.ndarray:
     """Top-``k`` cosine neighbours of each query node, leaving out the query itself and the
-    nodes ``exclude_indices[exclude_indptr[q]:exclude_indptr[q + 1]]`` of query ``q``.
-
-    Returns:
-      ``int64[Q, k]`` node ids, best first, ``-1`` where fewer candidates remain.
-    """
+    nodes ``exclude_indices[exclude_indptr[q]:exclude_indptr[q + 1]]`` of query ``q``:
+    ``int64[Q, k]`` node ids, best first, ``-1`` where fewer candidates remain."""
     unit = l2_normalize(embeddings)
     queries = np.asarray(queries, np.int64)
     n_excl = np.diff(exclude_indptr) + 1  # + the query itself
@@ -128,11 +119,8 @@ def edge_retrieval(
     g = split.train_graph  # symmetric: in-neighbours = neighbours
     starts, ends = g.indptr[uniq], g.indptr[uniq + 1]
     excl_indptr = np.concatenate([[0], np.cumsum(ends - starts)])
-    excl = (
-        np.concatenate([g.indices[s:e] for s, e in zip(starts, ends, strict=True)])
-        if uniq.size
-        else np.zeros(0, np.int32)
-    )
+    excl = [g.indices[s:e] for s, e in zip(starts, ends, strict=True)]
+    excl = np.concatenate(excl) if excl else np.zeros(0, np.int32)
     top = filtered_top_k(embeddings, uniq, excl_indptr, excl, kmax, backend)[inv]
     found = top == q_dst[:, None]
     ranks = np.where(found.any(axis=1), found.argmax(axis=1) + 1.0, np.inf)
@@ -165,14 +153,11 @@ def label_retrieval(
     top = filtered_top_k(embeddings, queries, empty, np.zeros(0, np.int64), kmax, backend)
     rel = (y[np.maximum(top, 0)] & y[queries][:, None, :]).any(axis=2) & (top >= 0)
     gains = 1.0 / np.log2(np.arange(2, kmax + 2))
-    out = {"queries": int(queries.size)}
-    for k in ks:
-        r = rel[:, :k]
-        first = np.where(r.any(axis=1), r.argmax(axis=1) + 1.0, np.inf)
+    first = np.where(rel.any(axis=1), rel.argmax(axis=1) + 1.0, np.inf)  # first relevant rank
+    out = {"queries": int(queries.size), **_metrics_from_ranks(first, ks)}
+    for k in ks:  # binary gains, several relevant results: nDCG against the ideal ranking
         idcg = np.cumsum(gains)[np.minimum(relevant_count, k) - 1]
-        out[f"hit@{k}"] = float(r.any(axis=1).mean())
-        out[f"mrr@{k}"] = float(np.where(np.isfinite(first), 1.0 / first, 0.0).mean())
-        out[f"ndcg@{k}"] = float(((r * gains[:k]).sum(axis=1) / idcg).mean())
+        out[f"ndcg@{k}"] = float(((rel[:, :k] * gains[:k]).sum(axis=1) / idcg).mean())
     return out
 
 

@@ -74,24 +74,16 @@ class RoundLog:
     walk_bytes_sent: int = 0
     seconds_codec: float = 0.0
     source_round: int = -1  # the feedback round whose active set the walks started from
-    # Training input moved host -> device by the trainer: pair buffers (sgns.pairs="host") or
-    # walk rows (sgns.pairs="device"; 0 for walks decoded on the device, whose compressed
-    # corpus is walk_bytes_sent).
+    # Training input moved host -> device by the trainer: pair buffers or walk rows (0 for walks
+    # decoded on the device, whose compressed corpus is walk_bytes_sent).
     train_input_bytes: int = 0
     max_norm: float = float("nan")  # the largest row norm of syn0 and syn1 after the round
 
 
 class RoundRunner:
-    """The operators of one embedding run and the state they share; :func:`run_rounds` calls
-    them on one or two threads.
-
-    Args:
-      csr: the out-CSR ``(indptr, indices)``.
-      config: the :class:`~jaxgraph.embed.run.EmbedConfig`.
-      trainer: the :class:`~jaxgraph.embed.skipgram.SkipGramTrainer`.
-      codec: the FaBC :class:`WalkCodec`, or None.
-      initial_active: ``int32[A]`` the round-0 active set.
-      checkpoint_dir: where corpora and state go, or None.
+    """The operators of one embedding run (of an :class:`~jaxgraph.embed.run.EmbedConfig`, on
+    the out-CSR ``csr``, with a FaBC :class:`WalkCodec` or None and the round-0 active set
+    ``int32[A]``) and the state they share; :func:`run_rounds` calls them on one or two threads.
     """
 
     def __init__(self, csr, config, trainer, codec, initial_active, checkpoint_dir=None):
@@ -113,13 +105,9 @@ class RoundRunner:
         self.stop_reason = "max_rounds"
         self.after_round: Callable[[Any], None] | None = None  # called with each RoundLog
 
-    # .............................................................. bookkeeping
-
     def _span(self, r: int, op: str, start: float) -> float:
-        end = time.perf_counter()
-        self.spans.append(
-            Span(r, op, threading.current_thread().name, start - self.t0, end - self.t0)
-        )
+        end, thread = time.perf_counter(), threading.current_thread().name
+        self.spans.append(Span(r, op, thread, start - self.t0, end - self.t0))
         return end - start
 
     def _settings(self) -> dict:
@@ -146,8 +134,6 @@ class RoundRunner:
             if self.pipe.mode == "overlapped":
                 src = max(f for f in self.active_after if f < r)
             return src, self.active_after[src]
-
-    # .............................................................. host operators
 
     def produce(self, r: int) -> Corpus:
         """Walks (or a checkpointed corpus), FaBC encoding and the corpus checkpoint of round
@@ -183,8 +169,6 @@ class RoundRunner:
             write_checkpoint(path, arrays, meta)
             self._span(r, "corpus_ckpt", t)
         return corpus
-
-    # .............................................................. device operators
 
     def consume(self, corpus: Corpus, round_start: float) -> bool:
         """Decode, train, feedback and the state checkpoint of one round; returns True when
@@ -266,18 +250,12 @@ class RoundRunner:
         if not problems or (health.action == "ignore" and not fatal):
             return False
         stops = fatal or health.action == "stop"
-        warnings.warn(
-            f"round {entry.round}: "
-            + "; ".join(problems)
-            + (" (the run stops here)" if stops else ""),
-            UnhealthyTraining,
-            stacklevel=2,
-        )
+        tail = " (the run stops here)" if stops else ""
+        message = f"round {entry.round}: {'; '.join(problems)}{tail}"
+        warnings.warn(message, UnhealthyTraining, stacklevel=2)
         if stops:
             self.stop_reason = "non_finite_loss" if fatal else "unhealthy"
         return stops
-
-    # .............................................................. train state
 
     def save_state(self, r: int, stopped: bool) -> None:
         arrays, counters = self.trainer.state_dict()
@@ -302,12 +280,9 @@ class RoundRunner:
     def restore(self, path: Path) -> bool:
         """Loads a state checkpoint; returns True when the saved run had already stopped."""
         arrays, meta = read_state(path)
-        if meta["settings"] != self._settings():
-            diff = sorted(
-                k
-                for k in set(meta["settings"]) | set(self._settings())
-                if meta["settings"].get(k) != self._settings().get(k)
-            )
+        saved, ours = meta["settings"], self._settings()
+        if saved != ours:
+            diff = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
             raise CheckpointError(f"checkpoint {path} is from a different run: settings {diff}")
         try:
             self.trainer.load_state_dict(arrays, meta)

@@ -1,15 +1,10 @@
 """Sequential skip-gram: word2vec's update one pair at a time, on the host (numba).
 
 The reference the batched trainer (:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`) is
-compared against at scale. :func:`train_sequential` trains on exactly the trainer's pair
-stream (the same counts, sub-sampling, window shrinks and walk order, from
-:func:`~jaxgraph.embed.corpus.skipgram_pairs` under the trainer's keys), at the trainer's
-learning rates (:meth:`~jaxgraph.embed.sgns.SkipGramConfig.step_rates`, by token fraction
-at the start of each walk), with negatives from the same ``count ** 0.75`` alias table. What
-differs is the batching alone: every pair reads the tables as the pair before it left them (no
-recurring rows within a step, no row cap, no shared negatives, one replica), as word2vec's and
-gensim's single thread do. Their remaining differences are word2vec's sigmoid table clipped at
-``|s.o| >= 6`` (never reached at healthy norms) and the random streams.
+compared against: :func:`train_sequential` trains on exactly the trainer's pair stream and
+learning rates (by token fraction at the start of each walk), with negatives from the same
+``count ** 0.75`` alias table. Only the batching differs: every pair reads the tables as the
+pair before it left them, as word2vec's and gensim's single thread do.
 
 The update of one pair, input row ``i``, positive ``t``, negatives ``n_1..n_K``, rate
 ``alpha`` (:func:`pair_update`; a negative equal to ``t`` is skipped)::
@@ -20,9 +15,6 @@ The update of one pair, input row ``i``, positive ``t``, negatives ``n_1..n_K``,
         e += g * syn1[o]
         syn1[o] += g * syn0[i]
     syn0[i] += e
-
-It runs on one core (its rate: experiments/README.md, "The initial range, and word2vec one
-pair at a time").
 """
 
 from __future__ import annotations
@@ -108,21 +100,10 @@ def train_pairs(syn0, syn1, inputs, outputs, rates, accept, alias, num_negatives
 
 
 def train_sequential(rounds, num_nodes, config, *, seed):
-    """Trains the rounds of walks one pair at a time, on the trainer's pair stream.
-
-    Args:
-      rounds: a list of :class:`~jaxgraph.embed.walks.Walks`, round ``r`` the walks the
-        trainer's ``train_round(walks, r)`` would take.
-      num_nodes: ``N``.
-      config: the :class:`~jaxgraph.embed.sgns.SkipGramConfig` (its dimension, window,
-        negatives, sub-sampling, counts must be ``"corpus"``, learning rates and
-        ``init_scale``; batching options are ignored).
-      seed: the run seed, as the trainer's (pairs, walk order); the initial table and the
-        negatives take their own streams.
-
-    Returns:
-      ``(syn0 f32[N, d], syn1 f32[N, d], loss per pair of each round, pairs of each round)``.
-    """
+    """Trains ``rounds`` (a list of :class:`~jaxgraph.embed.walks.Walks`, as the trainer's
+    ``train_round(walks, r)`` takes them) one pair at a time, on the trainer's pair stream for
+    ``seed`` (``config.counts`` must be ``"corpus"``; batching options are ignored):
+    ``(syn0 f32[N, d], syn1 f32[N, d], loss per pair of each round, pairs of each round)``."""
     if config.counts != "corpus":
         raise ValueError("train_sequential counts nodes in the corpus (counts='corpus')")
     d = config.dim

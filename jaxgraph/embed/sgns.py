@@ -12,26 +12,16 @@ A negative equal to the positive is skipped (``g = 0``), as in word2vec; the exa
 replaces word2vec's table clipped at ``|f| > 6``; the rate is per pair, not divided by ``B``.
 
 **Batches** (where this deviates from word2vec). One step applies the updates of ``B`` pairs
-computed from the *same* tables (Hogwild-like, as word2vec's threads). ``k`` updates of one row
-summed from one stale value act as a step ``k`` times longer, which a sequential pass never takes
-(each of its updates shrinks as ``sigmoid`` saturates): on hub-heavy graphs the summed step
-overshoots, row norms grow and dot-product scores stop ranking edges. Two rules keep a step near
-a sequential pass over the same pairs, whatever the degree distribution:
+computed from the *same* tables, so ``k`` updates of one row act as one step ``k`` times longer,
+which overshoots on hub-heavy graphs. Two rules keep a step near a sequential pass:
+*interleaved batches* (``interleave = I``: step ``s`` of a span of ``I`` steps trains pairs
+``s, s + I, s + 2 I, ...``, so a batch spans about ``I B`` pairs, not the runs of shared rows
+one walk gives; every pair is trained once, in a fixed order) and *a row cap* (``row_cap = c``:
+a row with ``k`` updates in one step moves by ``min(1, c / k)`` times their sum).
 
-* *Interleaved batches* (``interleave = I``). One walk gives its pairs in runs (every centre
-  token up to ``2 w``, sharing most rows with its neighbours), so the pairs of ``I`` consecutive
-  steps are dealt round-robin: step ``s`` of a span trains pairs ``s, s + I, s + 2 I, ...``, and
-  a batch holds pairs of a stretch of about ``I B``. Every pair is trained once, in a fixed
-  order, the same on every backend and mesh.
-* *A row cap* (``row_cap = c``). A row with ``k`` updates in one step (input row of ``syn0``,
-  positive or negative row of ``syn1``) moves by ``min(1, c / k)`` times their sum: up to ``c``
-  updates add as in word2vec, beyond that the row takes ``c`` times their mean.
-
-How the two rules compare with gensim is measured in experiments/README.md ("Batches from a
-stretch of 8 steps" and the sections after it). *Shared negatives* (``shared_negatives = G``, as
-GraphVite and PyTorch-BigGraph) give each group of ``G`` pairs of a step one draw of ``K``
-negatives (:func:`sgns_update`). The merge rules' names (:data:`MERGES`) are a field of the
-config; the rules are :mod:`jaxgraph.embed.merge`'s.
+*Shared negatives* (``shared_negatives = G``, as GraphVite and PyTorch-BigGraph) give each group
+of ``G`` pairs of a step one draw of ``K`` negatives. The merge rules (:data:`MERGES`) are
+:mod:`jaxgraph.embed.merge`'s.
 """
 
 from __future__ import annotations
@@ -45,13 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgraph.embed import _hostrng as hr
-from jaxgraph.embed.corpus import (
-    COUNT_SOURCES,
-    CountSource,
-)
-from jaxgraph.embed.device_pairs import (
-    MAX_WINDOW,
-)
+from jaxgraph.embed.corpus import COUNT_SOURCES, CountSource
+from jaxgraph.embed.device_pairs import MAX_WINDOW
 
 LR_SCHEDULES = ("round", "linear", "global")
 
@@ -78,34 +63,24 @@ class SkipGramConfig:
         in all walks trained so far) or ``"degree"`` (out-degree, as the public FeLoG code).
       lr: initial learning rate ``alpha_0``.
       init_scale: ``syn0`` starts uniform on ``[-init_scale / d, init_scale / d]`` (``syn1``
-        at zero). ``0.5`` (default) is word2vec's range (and gensim's before 4.0), ``1.0``
-        gensim 4's: at gensim's DeepWalk settings the wider start scores BlogCatalog's
-        Micro-F1 slightly higher in one pass and leaves ca-AstroPh's AUC as it was
-        (experiments/README.md, "The initial range"); a comparison with gensim 4 sets it.
+        at zero). ``0.5`` (default) is word2vec's range, ``1.0`` gensim 4's.
       lr_decay: round ``r`` trains at ``alpha_0 * exp(-lr_decay * r)``.
       lr_schedule: ``"round"`` (constant within a round), ``"linear"`` (additionally decays
         linearly within a round to ``1e-4`` of the round's rate, by tokens processed) or
         ``"global"`` (word2vec's and gensim's schedule spread over the rounds: round ``r`` at
         token fraction ``f`` trains at ``alpha_0 * max(1 - (r + f) / R, 1e-4)`` with
-        ``R = schedule_rounds``; ``lr_decay`` is unused). With rounds of equal size this is one
-        linear decay over the whole corpus; a round that trains fewer walks (feedback) still
-        takes its ``1/R`` share of the decay.
+        ``R = schedule_rounds``; ``lr_decay`` is unused). A round that trains fewer walks
+        (feedback) still takes its ``1/R`` share of the decay.
       schedule_rounds: ``R`` of the ``"global"`` schedule (:func:`jaxgraph.embed.run.embed`
         sets it to the run's rounds when it is None).
       batch_size: pairs per device per step.
       row_cap: a row that receives ``k`` updates in one step moves by ``min(1, row_cap / k)``
         times their sum (module docstring); None sums them (word2vec's first order, unstable
-        on hub-heavy graphs). ``k`` grows with ``batch_size``, so a larger batch wants a
-        larger cap (16 at 16,384 pairs per step: :func:`jaxgraph.embed.run.gpu_config`).
+        on hub-heavy graphs).
       shared_negatives: ``G``, pairs that share one draw of ``K`` negatives: each step's batch
         falls into groups of ``G`` pairs (consecutive in the batch, hence far apart in the
         walks: batches are interleaved), and every pair of a group takes the group's ``K``
-        negatives. Each pair still sees ``K`` negatives from ``count ** 0.75``, so the expected
-        update is word2vec's; a step gathers and scatters ``B (2 + K / G)`` rows instead of
-        ``B (K + 2)``, and the negative term is a product per group. ``1`` (default): every
-        pair draws its own (word2vec). A shared negative counts once per group under the row
-        cap (:func:`sgns_update`). ``G = 32`` trains faster than ``G = 8`` and drops an R-MAT's
-        cosine AUC below gensim's (experiments/README.md, "Negatives shared by 32 pairs").
+        negatives. ``1`` (default): every pair draws its own (word2vec); see :func:`sgns_update`.
       sync_every: steps between two table syncs (a round always ends with a full merge).
       interleave: ``I``, steps whose batches interleave: the pairs of ``I`` consecutive steps
         are dealt round-robin into them, so a batch draws its pairs from a stretch of about
@@ -144,21 +119,16 @@ class SkipGramConfig:
         for name in ("dim", "window", "negatives", "batch_size", "sync_every", "block_pairs"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 1 <= self.shared_negatives <= self.batch_size or (
-            self.batch_size % self.shared_negatives
-        ):
-            raise ValueError(
-                f"shared_negatives must be in [1, batch_size = {self.batch_size}] and divide "
-                f"it, got {self.shared_negatives}"
-            )
-        if self.interleave is not None and self.interleave < 1:
-            raise ValueError(f"interleave must be >= 1 or None, got {self.interleave}")
-        if self.row_cap is not None and self.row_cap < 1:
-            raise ValueError(f"row_cap must be >= 1 or None, got {self.row_cap}")
-        if self.counts not in COUNT_SOURCES:
-            raise ValueError(f"counts must be one of {COUNT_SOURCES}, got {self.counts!r}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        g, b = self.shared_negatives, self.batch_size
+        if not 1 <= g <= b or b % g:
+            message = f"shared_negatives must be in [1, batch_size = {b}] and divide it, got {g}"
+            raise ValueError(message)
+        for name in ("interleave", "row_cap"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
+        for name, allowed in (("counts", COUNT_SOURCES), ("lr_schedule", LR_SCHEDULES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.schedule_rounds is not None and self.schedule_rounds < 1:
             raise ValueError(f"schedule_rounds must be >= 1, got {self.schedule_rounds}")
         check_merge(self.merge)
@@ -166,10 +136,9 @@ class SkipGramConfig:
             raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
         if self.pairs == "device" and self.window > MAX_WINDOW:
             raise ValueError(f"pairs='device' needs window <= {MAX_WINDOW}, got {self.window}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
-        if not (self.init_scale > 0 and math.isfinite(self.init_scale)):
-            raise ValueError(f"init_scale must be a finite number > 0, got {self.init_scale}")
+        for name, value in (("lr", self.lr), ("init_scale", self.init_scale)):
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
         if not math.isfinite(self.sample):
             raise ValueError(f"sample must be a finite number (<= 0: off), got {self.sample}")
         if not (self.lr_decay >= 0 and math.isfinite(self.lr_decay)):
@@ -184,11 +153,8 @@ class SkipGramConfig:
 
     def step_rates(self, round_index: int, frac: np.ndarray) -> np.ndarray:
         """Learning rates of the steps of round ``r`` that start at token fractions ``frac``
-        (``0 <= frac < 1``, the share of the round's tokens before the step).
-
-        Raises:
-          ValueError: the ``"global"`` schedule without ``schedule_rounds``.
-        """
+        (``0 <= frac < 1``, the share of the round's tokens before the step); raises
+        ``ValueError`` for the ``"global"`` schedule without ``schedule_rounds``."""
         frac = np.asarray(frac, np.float64)
         if self.lr_schedule == "global":
             if self.schedule_rounds is None:
@@ -216,12 +182,8 @@ class Tables(NamedTuple):
 
 
 def init_tables(key: jax.Array, num_nodes: int, dim: int, scale: float = 0.5) -> Tables:
-    """``syn0 ~ U(-scale/d, scale/d)``, ``syn1 = 0``: word2vec's initialisation at
-    ``scale = 0.5`` (the default), gensim 4's at ``scale = 1``.
-
-    Shapes:
-      ``-> Tables(f32[N, d], f32[N, d])``.
-    """
+    """``syn0 ~ U(-scale/d, scale/d)``, ``syn1 = 0`` (``Tables(f32[N, d], f32[N, d])``):
+    word2vec's initialisation at ``scale = 0.5`` (the default), gensim 4's at ``scale = 1``."""
     half = scale / dim
     syn0 = jax.random.uniform(key, (num_nodes, dim), jnp.float32, -half, half)
     return Tables(syn0, jnp.zeros((num_nodes, dim), jnp.float32))
@@ -254,37 +216,23 @@ def sgns_update(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One batched SGNS step (see the module docstring for the formula and recurring rows).
 
-    **Shared negatives** (``negatives: int32[B / G, K]``). Each group of ``G`` consecutive pairs
-    of the batch (pairs of different walks, since batches are interleaved) takes one draw of
-    ``K`` negatives. Every pair still sees ``K`` independent draws from ``count ** 0.75``, so
-    each pair's expected update is word2vec's; the draws of a group are correlated. A step reads
-    and writes ``2 + K / G`` random rows per pair instead of ``K + 2``, and the negative term is
-    one ``[G, d] x [d, K]`` product per group. Under the row cap a shared negative counts once for
-    its group, not ``G`` times: the cap bounds a row that recurs across the step, and counting
-    the ``G`` pairs of one draw would scale every shared negative's step by ``c / G``, which
-    costs dot-product AUC and lets row norms grow (experiments/README.md, "Shared negatives").
-    Without the cap the update equals the per-pair one with the group's negatives repeated for
-    each of its pairs.
+    **Shared negatives** (``negatives: int32[B / G, K]``): each group of ``G`` consecutive pairs
+    takes one draw of ``K`` negatives, so each pair's expected update is still word2vec's, and a
+    step moves ``2 + K / G`` rows per pair instead of ``K + 2``. Without the cap the update
+    equals the per-pair one with the group's negatives repeated; under the cap a shared negative
+    counts once for its group, not ``G`` times (which would scale its step by ``c / G``).
 
     Args:
-      syn0, syn1: the input and output tables.
-      inputs: input (context) row of each pair.
-      outputs: positive output (centre) row of each pair.
+      inputs, outputs: input (context) and positive output (centre) row of each pair.
       negatives: ``K`` negative output rows per pair, or per group of ``G = B / len(negatives)``
         consecutive pairs that share them (``SkipGramConfig.shared_negatives``).
-      weight: per-pair factor, ``0`` for padding pairs (which then change nothing) and ``1``
-        otherwise.
-      lr: learning rate ``alpha``.
-      row_cap: a row with ``k`` live updates in the batch moves by ``min(1, row_cap / k)``
-        times their sum; None sums them.
+      weight: per-pair factor, ``0`` for padding pairs (which then change nothing), else ``1``.
+      row_cap: a row with ``k`` live updates moves by ``min(1, row_cap / k)`` times their sum
+        (None: the sum).
 
     Returns:
-      ``(syn0', syn1', loss)`` with ``loss`` the weighted sum over pairs of
-      ``-log sigmoid(s.o_0) - sum_k log sigmoid(-s.o_k)`` before the update.
-
-    Shapes:
-      ``syn0, syn1: f32[N, d]``, ``inputs, outputs: int32[B]``, ``negatives: int32[B, K]`` or
-      ``int32[B / G, K]``, ``weight: f32[B]``, ``lr: f32[]``.
+      ``(syn0', syn1', loss)``, ``loss`` the weighted sum over pairs of ``-log sigmoid(s.o_0) -
+      sum_k log sigmoid(-s.o_k)`` before the update (tables ``f32[N, d]``, ``weight: f32[B]``).
     """
     if inputs.shape[0] % negatives.shape[0]:
         raise ValueError(
@@ -301,12 +249,8 @@ def sgns_update(
 def _sgns_step(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap, scratch):
     """:func:`sgns_update` with the counting buffer of the row cap carried by the caller
     (``scratch: int32[2N]``, all zero in and out; None when ``row_cap`` is None), so that a
-    loop of steps clears only the entries it touched.
-
-    ``negatives`` is ``int32[B, K]``, or ``int32[B / G, K]`` when groups of ``G`` consecutive
-    pairs share their negatives: the same update as ``int32[B, K]`` with each row repeated
-    ``G`` times, computed as a product per group so a shared row is gathered and scattered
-    once."""
+    loop of steps clears only the entries it touched. A shared negative row is gathered and
+    scattered once per group."""
     syn0, syn1 = jnp.asarray(syn0), jnp.asarray(syn1)
     n, d = syn0.shape
     b, (groups, negs) = inputs.shape[0], negatives.shape
@@ -330,17 +274,10 @@ def _sgns_step(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap, scra
     do_neg = jnp.einsum("ngk,ngd->nkd", g_neg, s_grouped)  # f32[B/G, K, d]
     if row_cap is not None:
         # One count over both tables: syn0 row i is id i, syn1 row j is id N + j. A shared
-        # negative counts once for its group (module docstring).
+        # negative counts once for its group.
         ids = jnp.concatenate([inputs, n + outputs, n + negatives.reshape(-1)])
-        hits = jnp.concatenate(
-            [
-                (weight > 0).astype(jnp.int32),
-                (w[:, 0] > 0).astype(jnp.int32),
-                jnp.any((w[:, 1:] > 0).reshape(groups, share, negs), axis=1)
-                .astype(jnp.int32)
-                .reshape(-1),
-            ]
-        )
+        neg_hits = jnp.any((w[:, 1:] > 0).reshape(groups, share, negs), axis=1).reshape(-1)
+        hits = jnp.concatenate([weight > 0, w[:, 0] > 0, neg_hits]).astype(jnp.int32)
         k, scratch = row_multiplicity(ids, hits, scratch)
         scale = jnp.minimum(1.0, row_cap / k.astype(f.dtype))  # f32[2B + K B/G]
         ds = ds * scale[:b, None]
@@ -357,24 +294,17 @@ def row_multiplicity(
     """How many live updates share each entry's id: ``k[i] = sum_j live[j] [ids[j] = ids[i]]``
     (at least 1), counted in ``scratch`` (zero on entry, and zero again on return: only the
     entries of ``ids`` are cleared, so the cost is ``O(len(ids))``, not ``O(M)``). ``live`` is
-    a flag, or a count when one entry stands for several updates.
-
-    Shapes:
-      ``ids: int32[E]`` in ``[0, M)``, ``live: bool[E]`` or ``int32[E]``, ``scratch:
-      int32[M]`` -> ``(int32[E], int32[M])``.
+    a flag, or a count when one entry stands for several updates. ``ids: int32[E]`` in
+    ``[0, M)``, ``scratch: int32[M]`` -> ``(k int32[E], scratch int32[M])``.
     """
     counted = scratch.at[ids].add(live.astype(jnp.int32))
     return jnp.maximum(counted[ids], 1), counted.at[ids].set(0)
 
 
 def sgns_update_reference(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap=None):
-    """NumPy (float64) oracle of :func:`sgns_update`: the closed form pair by pair, summed per
-    row, each row's sum scaled by ``min(1, row_cap / k)`` for its ``k`` live updates (a
-    negative shared by a group of pairs counts once for the group).
-
-    Returns:
-      ``(syn0', syn1')`` as ``float64`` arrays.
-    """
+    """NumPy (float64) oracle of :func:`sgns_update`, ``(syn0', syn1')``: the closed form pair
+    by pair, summed per row, each row's sum scaled by ``min(1, row_cap / k)`` for its ``k`` live
+    updates (a negative shared by a group of pairs counts once for the group)."""
     syn0 = np.asarray(syn0, np.float64)
     syn1 = np.asarray(syn1, np.float64)
     share = len(inputs) // len(negatives)

@@ -1,9 +1,8 @@
 """Size classes for arrays whose length changes from round to round.
 
-The active set of a feedback run shrinks every round, so the walk corpus, the pair buffers and
-the synced row sets change shape; each new shape would compile its programs again. Rounding a
-size up to its class (at most 16 classes per octave, under 1/8 extra) bounds the compilations
-to a few per octave.
+Each new shape of the walk corpus, the pair buffers or the synced row sets would compile its
+programs again; rounding a size up to its class (at most 16 classes per octave, under 1/8
+extra) bounds the compilations.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The data-parallel SGNS trainer (:class:`SkipGramTrainer`): one round of walks at a time.
 
 Each device of a 1-D mesh trains on its shard of the round's walks with a full replica of both
-tables (``f32[P, N, d]``; the update is :mod:`jaxgraph.embed.sgns`'s). A
-:class:`~jaxgraph.embed.merge.TableSync` merges rows every ``sync_every`` steps by one of three
-rules (:func:`~jaxgraph.embed.merge.merge_rows`): :class:`~jaxgraph.embed.merge.AllSync` (every
-row, FeLoG's baseline) or a selective sync (:mod:`jaxgraph.embed.sync`); a round ends with a
-full merge, so the feedback and the output read one consistent table. The programs it runs are
-:mod:`jaxgraph.embed.programs`'.
+tables (``f32[P, N, d]``; the update is :mod:`jaxgraph.embed.sgns`'s, the programs
+:mod:`jaxgraph.embed.programs`'). A :class:`~jaxgraph.embed.merge.TableSync` merges rows every
+``sync_every`` steps; a round ends with a full merge, so the feedback and the output read one
+consistent table.
 """
 
 from __future__ import annotations
@@ -31,11 +29,7 @@ from jaxgraph.embed.corpus import (
     negative_weights,
     skipgram_pairs,
 )
-from jaxgraph.embed.device_pairs import (
-    DeviceWalks,
-    keep_thresholds,
-    key_words,
-)
+from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
 from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync
 from jaxgraph.embed.programs import (
     device_block_pairs,
@@ -49,7 +43,7 @@ from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import place
 
 # Sum merges this many steps apart (or more) swing from round to round on a hub-heavy graph
-# (merge_rows; experiments/README.md, "Fewer merges"); the trainer warns at them.
+# (merge_rows); the trainer warns at them.
 SUM_SWING_STEPS = 512
 
 
@@ -70,20 +64,16 @@ class RoundStats:
     # Bytes of training input moved host -> device: the pair buffers (``pairs="host"``) or the
     # walk rows (``pairs="device"``; 0 when the walks were decoded on a device already).
     input_bytes: int = 0
-    # The largest row norm of syn0 and syn1 after the round's closing merge.
-    max_norm: float = float("nan")
+    max_norm: float = float("nan")  # the largest row norm after the round's closing merge
 
 
 class SkipGramTrainer:
     """Data-parallel SGNS over the devices of a 1-D mesh, one round of walks at a time.
 
-    Args:
-      num_nodes: vocabulary size ``N`` (node ids ``0..N-1``).
-      config: :class:`SkipGramConfig`.
-      mesh: a 1-D mesh (:func:`jaxgraph.mesh.make_mesh`); one replica per device.
-      seed: seeds the table initialisation, the walk shuffling, the pairs and the negatives.
-      degrees: ``int[N]`` node degrees; required when ``config.counts == "degree"``.
-      sync: the periodic :class:`TableSync` (default ``AllSync(config.merge)``).
+    One replica per device of ``mesh``. ``seed`` seeds the table initialisation, the walk
+    shuffling, the pairs and the negatives; ``degrees`` (``int[N]``) is required when
+    ``config.counts == "degree"``; ``sync`` is the periodic :class:`TableSync` (default
+    ``AllSync(config.merge)``).
 
     Raises:
       ValueError: non-positive ``num_nodes``, a mesh that is not 1-D, missing or mis-shaped
@@ -119,11 +109,8 @@ class SkipGramTrainer:
             raise ValueError(
                 f"sync merges by {self.sync.merge!r} but config.merge is {config.merge!r}"
             )
-        if (
-            self.num_devices > 1
-            and self.sync.merge == "sum"
-            and config.sync_every >= SUM_SWING_STEPS
-        ):
+        swings = self.sync.merge == "sum" and config.sync_every >= SUM_SWING_STEPS
+        if self.num_devices > 1 and swings:
             warnings.warn(
                 f"merge='sum' every {config.sync_every} steps: summed replica changes over "
                 "long periods overshoot on hub-heavy graphs, and the dot AUC swings from round "
@@ -134,9 +121,8 @@ class SkipGramTrainer:
             )
         self.degrees = None if degrees is None else np.asarray(degrees, np.int64)
         self.counts = np.zeros(num_nodes, np.int64)  # corpus counts of all rounds so far
-        # Row updates per node from the trained pairs (input row of syn0 + positive output row
-        # of syn1; negatives are drawn on the device and not counted), all rounds so far; the
-        # hotness that selective syncs read (jaxgraph.embed.sync).
+        # Row updates per node (input row of syn0 + positive output row of syn1 of each trained
+        # pair), all rounds so far: the hotness of selective syncs (jaxgraph.embed.sync).
         self.update_counts = np.zeros(num_nodes, np.int64)
         self.round_update_counts = np.zeros(num_nodes, np.int64)  # the same, this round only
         # round_update_counts at each row's last merge: the difference is the pending count.
@@ -144,11 +130,9 @@ class SkipGramTrainer:
         self.periodic_syncs = 0  # keys the row draws of planned syncs
         self._planned = isinstance(self.sync, PlannedSync)
         # AllSync merges syn0 at the input rows trained since the last merge only (exact:
-        # merge_rows), when the host builds the pairs and so knows them; one replica needs no
-        # periodic merge at all.
+        # merge_rows), which the host knows when it builds the pairs; one replica never merges.
         self._skip_untouched = isinstance(self.sync, AllSync)
         self.programs = trainer_programs(mesh, config, self.sync)
-        # The host sees the inputs only when it builds the pairs; one replica never reads them.
         self._tracks_inputs = (
             self._skip_untouched and self.num_devices > 1 and config.pairs == "host"
         )
@@ -160,10 +144,8 @@ class SkipGramTrainer:
         self._since_sync = 0
         self.tables = self._init(jax.random.key(seed))
         # Row-update counts of device-built pairs, int32[P, N] per device until read back.
-        self._zero_updates = jax.jit(
-            lambda: jnp.zeros((self.num_devices, num_nodes), jnp.int32),
-            out_shardings=self._shard,
-        )
+        zeros = lambda: jnp.zeros((self.num_devices, num_nodes), jnp.int32)
+        self._zero_updates = jax.jit(zeros, out_shardings=self._shard)
         self._sum_updates = jax.jit(lambda u: jnp.sum(u, axis=0), out_shardings=self._rep)
         self._updates = self._zero_updates() if config.pairs == "device" else None
         # The last merged value, for merge="sum" (a separate buffer: both are donated).
@@ -194,9 +176,8 @@ class SkipGramTrainer:
 
     def compile(self) -> float:
         """Compiles the programs ahead of the first round (a zero-step chunk, the syncs) without
-        changing the tables, so that round timings exclude compilation; returns the seconds
-        spent. Programs whose shapes come from the corpus (device-built pairs, AllSync's merge
-        of the trained input rows: :meth:`_input_rows`) compile on first use of each size."""
+        changing the tables; returns the seconds spent. Programs whose shapes come from the
+        corpus compile on first use of each size."""
         t0 = time.perf_counter()
         empty = [np.zeros(0, np.int32)] * self.num_devices
         accept, alias = place_all(alias_table(np.ones(self.num_nodes)), self._rep)
@@ -210,15 +191,12 @@ class SkipGramTrainer:
         jax.block_until_ready((self.tables, loss))
         return time.perf_counter() - t0
 
-    # .................................................................. rounds
-
     def train_round(self, walks: Walks | DeviceWalks, round_index: int) -> RoundStats:
         """Trains one pass over ``walks`` at the round's learning rate, then merges the replicas.
 
         The walks are shuffled (seeded), cut into blocks of about ``block_pairs`` pairs and, in
-        each block, split evenly over the devices; a device trains only on its own walks.
-        ``walks`` may already be on a device (:class:`DeviceWalks`, single-process runs); with
-        ``pairs="host"`` they are then read back.
+        each block, split evenly over the devices. Walks already on a device
+        (:class:`DeviceWalks`, single-process runs) are read back for ``pairs="host"``.
         """
         t0 = time.perf_counter()
         cfg = self.config
@@ -229,11 +207,8 @@ class SkipGramTrainer:
                 walks = Walks(np.asarray(walks.nodes)[:w], np.asarray(walks.lengths))
             elif jax.process_count() > 1:
                 raise ValueError("walks on a device are for single-process runs: pass host walks")
-        if isinstance(walks, DeviceWalks):
-            round_counts = walks.counts(n)
-        else:
-            round_counts = corpus_counts(walks, n)
-        self.counts += round_counts
+        on_device = isinstance(walks, DeviceWalks)
+        self.counts += walks.counts(n) if on_device else corpus_counts(walks, n)
         self.round_update_counts[:] = 0
         self._merged_round_counts[:] = 0  # the previous round ended with a full merge
         counts = self.counts if cfg.counts == "corpus" else self.degrees
@@ -277,9 +252,8 @@ class SkipGramTrainer:
             stats.pairs += int(sum(per_dev))
             # Learning rate per step, by token progress through the round.
             done0 = token_end[block[0]] - tokens[block[0]]
-            frac = (done0 + (token_end[block[-1]] - done0) * np.arange(steps) / steps) / (
-                token_end[-1]
-            )
+            block_tokens = token_end[block[-1]] - done0
+            frac = (done0 + block_tokens * np.arange(steps) / steps) / token_end[-1]
             alphas = cfg.step_rates(round_index, frac)
             start = 0
             while start < steps:
@@ -330,13 +304,8 @@ class SkipGramTrainer:
             self.tables, self.anchor = self.programs.periodic_sync(self.tables, self.anchor)
             return self.sync.rows(self.num_nodes)
         self._flush_updates()
-        plan = self.sync.plan(
-            self.update_counts,
-            self.round_update_counts,
-            sync_index,
-            self.seed,
-            pending_counts=self.pending_counts,
-        )
+        counts = (self.update_counts, self.round_update_counts)
+        plan = self.sync.plan(*counts, sync_index, self.seed, pending_counts=self.pending_counts)
         if plan.index is None:
             self.tables, self.anchor = self.programs.full_sync(self.tables, self.anchor)
             self._merged_round_counts[:] = self.round_update_counts
@@ -348,10 +317,9 @@ class SkipGramTrainer:
 
     def _input_rows(self) -> np.ndarray | None:
         """The ``syn0`` rows trained since the last merge, ``int32[C]`` padded (by repeating
-        the first) to ``C = ceil(N / 2^k)``, ``2 <= k <= 10``, the smallest that holds them;
-        None (a full merge) with device-built pairs, whose inputs the host does not see, or
-        when they are more than a quarter of the rows: the gather and scatter of an indexed
-        merge then cost about what they save."""
+        the first) to the smallest ``C = ceil(N / 2^k)``, ``2 <= k <= 10``, that holds them;
+        None (a full merge) when the host does not see the inputs or they exceed ``N / 4`` rows
+        (an indexed merge then costs about what it saves)."""
         if not self._tracks_inputs:
             return None
         rows = np.flatnonzero(self._inputs_since_merge)
@@ -373,21 +341,17 @@ class SkipGramTrainer:
     def _block_pairs(self, walks, ids, keep, pair_key):
         """Pairs of the walks ``ids``, split over the devices: ``(ins, outs, counts)`` with
         ``ins[p], outs[p]: int32[M_p]``."""
-        ins, outs, counts = [], [], []
+        ins, outs = [], []
         for part in np.array_split(ids, self.num_devices):
             sub = Walks(walks.nodes[part], walks.lengths[part])
             i, o = skipgram_pairs(sub, part, keep, self.config.window, pair_key)
             ins.append(i)
             outs.append(o)
-            counts.append(i.shape[0])
-        return ins, outs, counts
+        return ins, outs, [i.shape[0] for i in ins]
 
     def _run(self, ins, outs, per_dev, start, take, alphas, key, accept, alias):
-        """Steps ``start .. start + take`` of every device's pair stream, in one call.
-
-        The buffers always hold ``sync_every`` steps (one compiled shape); a device whose stream
-        is shorter gets zero-weight padding pairs.
-        """
+        """Steps ``start .. start + take`` of every device's pair stream, in one call, in buffers
+        of ``sync_every`` steps (one compiled shape) padded with zero-weight pairs."""
         b, p, cap = self.config.batch_size, self.num_devices, self.config.sync_every
         x_in = np.zeros((p, cap, b), np.int32)
         x_out = np.zeros((p, cap, b), np.int32)
@@ -423,28 +387,13 @@ class SkipGramTrainer:
     def _run_buffered(self, buffers, start, take, alphas, key, accept, alias):
         """:meth:`_run` on pair buffers built on the devices (same batches, same order)."""
         lr = self._rates(alphas, start, take)
-        lr, num_steps, start, first_step = place_all(
-            (lr, np.int32(take), np.int32(start), np.int32(self._step)), self._rep
-        )
+        # lr, num_steps, start, first_step
+        scalars = place_all((lr, np.int32(take), np.int32(start), np.int32(self._step)), self._rep)
         self._step += take
-        inputs, outputs, counts = buffers
         self.tables, loss, self._updates = self.programs.train_buffered(
-            self.tables,
-            inputs,
-            outputs,
-            counts,
-            self._updates,
-            lr,
-            num_steps,
-            start,
-            first_step,
-            key,
-            accept,
-            alias,
+            self.tables, *buffers, self._updates, *scalars, key, accept, alias
         )
         return loss
-
-    # .................................................................. state
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """What resumes this trainer exactly after a round's closing merge: host arrays (the
@@ -461,11 +410,8 @@ class SkipGramTrainer:
         return arrays, {"step": self._step, "periodic_syncs": self.periodic_syncs}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], counters: dict[str, int]) -> None:
-        """Restores :meth:`state_dict`'s output.
-
-        Raises:
-          ValueError: tables of another shape than this trainer's (another mesh or size).
-        """
+        """Restores :meth:`state_dict`'s output; raises ``ValueError`` for tables of another
+        shape than this trainer's (another mesh or size)."""
         shape = self.tables.syn0.shape
         if arrays["syn0"].shape != shape:
             raise ValueError(
@@ -479,8 +425,6 @@ class SkipGramTrainer:
         self.update_counts[:] = arrays["update_counts"]
         self._step = int(counters["step"])
         self.periodic_syncs = int(counters["periodic_syncs"])
-
-    # .................................................................. output
 
     def replicas(self) -> Tables:
         """The device tables, ``Tables(f32[P, N, d], f32[P, N, d])``."""

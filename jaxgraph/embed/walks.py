@@ -1,24 +1,17 @@
 """Random walks on the host: DeepWalk (uniform) and node2vec (second order), compiled with numba.
 
-Walks follow **out-edges** (``u -> v``). :class:`~jaxgraph.graph.Graph` stores in-edges (CSR over
-destinations), so :func:`out_csr` transposes it once; for the undirected (symmetrized) graphs
-of the embedding experiments in- and out-neighbours coincide.
+Walks follow **out-edges** (``u -> v``); :class:`~jaxgraph.graph.Graph` stores in-edges, so
+:func:`out_csr` transposes it once. A walk of length ``L`` holds ``L`` nodes, its start
+included, and ends early at a node without out-edges. Padding slots hold ``-1``; there is no
+sentinel node (the public FeLoG trainer cut every walk at the highest-degree node).
 
-A walk of length ``L`` holds ``L`` nodes, its start included. It ends early at a dead end (a node
-without out-edges). There is no sentinel node: padding slots hold ``-1`` and every consumer reads
-only ``nodes[i, :lengths[i]]`` (the public FeLoG trainer cut every walk at the highest-degree
-node, a leftover of word2vec's ``</s>`` token; nothing here treats any node specially).
-
-Walk ``i`` starts at ``starts[i % S]`` (``S = len(starts)``), so the walks come in
-``walks_per_node`` passes over the start nodes. Each walk draws from its own counter-based
-stream (:mod:`jaxgraph.embed._hostrng`), so the corpus depends only on ``(graph, starts,
-seed, round)``, not on the thread count.
+Each walk draws from its own counter-based stream (:mod:`jaxgraph.embed._hostrng`), so the
+corpus depends only on ``(graph, starts, seed, round)``, not on the thread count.
 
 node2vec (Grover & Leskovec 2016) moves from ``v`` (having come from ``t``) to a neighbour ``x``
 with unnormalised weight ``1/p`` if ``x = t``, ``1`` if ``x`` is a neighbour of ``t`` and ``1/q``
 otherwise. It is sampled exactly by rejection: propose ``x`` uniformly from ``N(v)``, accept
-with probability ``w(x) / max(1/p, 1, 1/q)``, so no ``O(sum deg^2)`` table is built. At
-``p = q = 1`` every weight is 1 and the walk is DeepWalk's, which samples it.
+with probability ``w(x) / max(1/p, 1, 1/q)``, so no ``O(sum deg^2)`` table is built.
 """
 
 from __future__ import annotations
@@ -61,10 +54,9 @@ class WalkConfig:
     def __post_init__(self):
         if self.kind not in WALK_KINDS:
             raise ValueError(f"unknown walk kind {self.kind!r}; expected one of {WALK_KINDS}")
-        if self.walk_length < 1:
-            raise ValueError(f"walk_length must be >= 1, got {self.walk_length}")
-        if self.walks_per_node < 1:
-            raise ValueError(f"walks_per_node must be >= 1, got {self.walks_per_node}")
+        for name in ("walk_length", "walks_per_node"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("p", "q"):  # node2vec's return and in-out parameters
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -97,12 +89,8 @@ class Walks(NamedTuple):
 
 
 def out_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Out-neighbour CSR of ``graph``: ``indices[indptr[u]:indptr[u+1]]`` are the ``v`` of the
-    edges ``u -> v``, sorted ascending.
-
-    Shapes:
-      ``indptr: int64[N + 1]``, ``indices: int32[E]``.
-    """
+    """Out-neighbour CSR of ``graph``, ``(indptr int64[N + 1], indices int32[E])``:
+    ``indices[indptr[u]:indptr[u+1]]`` are the ``v`` of the edges ``u -> v``, sorted ascending."""
     out = graph.adjacency().T.tocsr()  # rows = sources
     out.sort_indices()
     return out.indptr.astype(np.int64), out.indices.astype(np.int32)
@@ -131,23 +119,11 @@ def random_walks(
     seed: int,
     round_index: int = 0,
 ) -> Walks:
-    """Samples ``walks_per_node`` walks from every start node.
-
-    Args:
-      graph_or_csr: a :class:`Graph`, or its :func:`out_csr` (to skip the transpose when
-        sampling many rounds).
-      starts: ``int[S]`` start nodes (repeats allowed).
-      config: walk kind, length, walks per node, node2vec ``p`` and ``q``.
-      seed: run seed; with ``round_index`` it fixes every draw.
-      round_index: the round, so that rounds draw different walks.
-
-    Returns:
-      :class:`Walks` with ``W = S * walks_per_node`` walks; walk ``i`` starts at
-      ``starts[i % S]``.
-
-    Raises:
-      ValueError: a start id outside ``[0, N)``, or a negative seed.
-    """
+    """Samples ``walks_per_node`` walks from every start node: :class:`Walks` with
+    ``W = S * walks_per_node`` walks, walk ``i`` from ``starts[i % S]`` (``int[S]``, repeats
+    allowed). ``graph_or_csr`` is a :class:`Graph` or its :func:`out_csr`; ``(seed,
+    round_index)`` fixes every draw. A start id outside ``[0, N)`` or a negative seed raises
+    ``ValueError``."""
     indptr, indices = out_csr(graph_or_csr) if isinstance(graph_or_csr, Graph) else graph_or_csr
     n = indptr.shape[0] - 1
     starts = check_node_ids(starts, n, "starts")
@@ -157,27 +133,18 @@ def random_walks(
     if num_walks == 0:
         return Walks(nodes, lengths)
     key = hr.round_key(seed, hr.PURPOSE_WALKS, round_index)
-    if config.kind == "deepwalk" or config.p == config.q == 1:
-        # node2vec at p = q = 1 weighs every neighbour alike: DeepWalk's walk, at a third of
-        # the cost of the second-order kernel (which checks each proposal against t's
-        # neighbours).
-        _deepwalk_kernel(indptr, indices, starts, key, nodes, lengths)
-    else:
-        _node2vec_kernel(
-            indptr, indices, starts, key, 1.0 / config.p, 1.0 / config.q, nodes, lengths
-        )
+    # node2vec at p = q = 1 weighs every neighbour alike: DeepWalk's walk, at a third of the cost.
+    second_order = config.kind == "node2vec" and not config.p == config.q == 1
+    inv_p, inv_q = 1.0 / config.p, 1.0 / config.q
+    _walk_kernel(indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths)
     return Walks(nodes, lengths)
 
 
 def walk_throughput(
     graph: Graph, config: WalkConfig, *, seed: int = 0, repeats: int = 1
 ) -> dict[str, float]:
-    """Times :func:`random_walks` from every node with out-edges (compile excluded).
-
-    Returns:
-      ``{"walks", "tokens", "seconds", "walks_per_s", "tokens_per_s"}`` for the fastest repeat
-      (the first of equally fast ones).
-    """
+    """Times :func:`random_walks` from every node with out-edges (compile excluded):
+    ``{"walks", "tokens", "seconds", "walks_per_s", "tokens_per_s"}`` of the fastest repeat."""
     csr = out_csr(graph)
     starts = np.flatnonzero(np.diff(csr[0]) > 0)
     random_walks(csr, starts[:2], dataclasses.replace(config, walk_length=3), seed=seed)
@@ -198,30 +165,6 @@ def walk_throughput(
     }
 
 
-# ---------------------------------------------------------------------- kernels
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _deepwalk_kernel(indptr, indices, starts, key, nodes, lengths):
-    num_starts = starts.shape[0]
-    length = nodes.shape[1]
-    for i in prange(nodes.shape[0]):
-        state = hr.stream(key, i)
-        v = starts[i % num_starts]
-        nodes[i, 0] = v
-        size = 1
-        while size < length:
-            lo = indptr[v]
-            deg = indptr[v + 1] - lo
-            if deg == 0:
-                break
-            state, j = hr.next_below(state, deg)
-            v = indices[lo + j]
-            nodes[i, size] = v
-            size += 1
-        lengths[i] = size
-
-
 @njit(inline="always", cache=True)
 def _has_edge(indptr, indices, u, x):
     lo = indptr[u]
@@ -236,7 +179,8 @@ def _has_edge(indptr, indices, u, x):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _node2vec_kernel(indptr, indices, starts, key, inv_p, inv_q, nodes, lengths):
+def _walk_kernel(indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths):
+    """Fills ``nodes`` and ``lengths``; ``second_order=False`` is DeepWalk's uniform walk."""
     num_starts = starts.shape[0]
     length = nodes.shape[1]
     w_max = max(inv_p, 1.0, inv_q)
@@ -253,7 +197,7 @@ def _node2vec_kernel(indptr, indices, starts, key, inv_p, inv_q, nodes, lengths)
                 break
             state, j = hr.next_below(state, deg)
             x = indices[lo + j]
-            if prev >= 0:
+            if second_order and prev >= 0:
                 while True:
                     if x == prev:
                         w = inv_p

@@ -5,8 +5,7 @@
 - :func:`build_halo_plan`: padded per-device arrays for ring-scheduled halo exchange.
 - :func:`build_block_row_plan`: 1D block-row split of the normalised adjacency.
 
-Everything here runs on the host with NumPy; the plans' stacked ``[P, ...]`` arrays are meant
-to be placed on the mesh with their leading axis sharded.
+Everything here runs on the host with NumPy.
 """
 
 from jaxgraph.partition.blockrow import BlockRowPlan, build_block_row_plan

@@ -1,12 +1,10 @@
 """METIS in a process of its own (run by path: it imports neither jax nor jaxgraph).
 
-METIS, as pymetis builds it, draws its randomness from the C library's ``rand()``, whose
-state is one per process. It seeds that state at the start of every call, so a call alone is
-reproducible; but any other thread of the process that calls ``rand()`` meanwhile (the
-threads of JAX's distributed runtime do) changes the partition, differently on each
-process of a multi-process run. :func:`jaxgraph.partition.partition_graph` then runs METIS
-here, in a child process with no other thread: stdin carries an ``.npz`` of ``indptr``,
-``indices``, ``num_parts`` and ``seed``; stdout returns the ``.npy`` of the part ids.
+pymetis's METIS draws from the C library's per-process ``rand()``: another thread calling it
+meanwhile (JAX's distributed runtime does) changes the partition, differently on each process.
+:func:`jaxgraph.partition.partition_graph` then runs METIS here, in a child with no other
+thread: stdin carries an ``.npz`` of ``indptr``, ``indices``, ``num_parts`` and ``seed``;
+stdout returns the ``.npy`` of the part ids.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ import numpy as np
 
 
 def run_metis(indptr: np.ndarray, indices: np.ndarray, num_parts: int, seed: int) -> np.ndarray:
-    """pymetis's partition of the symmetric, loop-free CSR adjacency ``(indptr, indices)``:
-    ``int32[N]``."""
+    """pymetis's ``int32[N]`` partition of the symmetric, loop-free CSR ``(indptr, indices)``."""
     import pymetis
 
     csr = pymetis.CSRAdjacency(

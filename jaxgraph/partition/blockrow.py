@@ -1,22 +1,13 @@
 """1D block-row layout of the normalised adjacency (CAGNET-style).
 
-Nodes are placed on ``P * B`` padded positions, ``B`` per device: device ``i`` owns the rows of
-block ``i``. The normalised adjacency ``Â`` (rows = destinations) is split into ``P x P``
-blocks ``Â_ij`` (rows of block ``i``, columns of block ``j``), and device ``i`` computes its
-output rows as ``sum_j Â_ij @ X_j``, where ``X_j`` are the feature rows of block ``j`` (e.g.
-received by a broadcast or ring of ``X_j``). Each block is stored as padded COO.
+Nodes are placed on ``P * B`` padded positions, ``B`` per device: device ``i`` owns block ``i``
+and computes its output rows as ``sum_j Â_ij @ X_j``, where ``Â_ij`` is the block of the
+normalised adjacency (rows = destinations) with the rows of block ``i`` and the columns of
+block ``j``, stored as padded COO, and ``X_j`` the feature rows of block ``j``.
 
-Placement:
-  - without ``parts``: block ``i`` holds the contiguous ids ``[i * B0, (i + 1) * B0)`` with
-    ``B0 = ceil(N / P)``, and ``B = B0`` (rounded up to ``pad_multiple``); with
-    ``pad_multiple == 1`` node ``v`` sits at padded position ``v``. Trailing blocks may be
-    partly or entirely padding.
-  - with ``parts``: block ``i`` holds exactly the nodes of part ``i`` by ascending global id,
-    followed by padding, ``B = max part size``. (A partition-driven permutation: a
-    good partition makes the off-diagonal blocks sparse.)
-
-Index conventions: *global ids* in ``[0, N)``; *padded positions* in ``[0, P * B)``, position
-``q`` = block ``q // B``, local row ``q % B``; block-local rows/cols in ``[0, B)``.
+Block ``i`` holds the contiguous ids ``[i * B0, (i + 1) * B0)``, ``B0 = ceil(N / P)``, or with
+``parts`` the nodes of part ``i`` by ascending id (a good partition makes the off-diagonal
+blocks sparse). Padded position ``q`` is block ``q // B``, local row ``q % B``.
 """
 
 from __future__ import annotations
@@ -27,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from jaxgraph.graph import Graph
-from jaxgraph.partition.halo import _group_positions, _round_up
+from jaxgraph.partition.halo import _check_pad_multiple, _group_positions, _round_up
 from jaxgraph.partition.partitioners import _check_num_parts, check_parts
 
 
@@ -43,16 +34,12 @@ class BlockRowPlan:
       perm: ``int32[N]`` padded position in ``[0, P * B)`` of each global node.
       row_nodes: ``int32[P, B]`` global id of each padded row (0 on pad rows).
       row_mask: ``bool[P, B]`` True on real rows.
-      block_rows: ``int32[P, P, Z]``; ``block_rows[i, j]`` = block-local row (destination, in
-        ``[0, B)``) of each stored entry of ``Â_ij``; 0 on pad entries.
-      block_cols: ``int32[P, P, Z]`` block-local column (source, in ``[0, B)``); 0 on pad.
-      block_vals: ``float32[P, P, Z]`` entry values; 0 on pad entries (so pads add nothing).
+      block_rows: ``int32[P, P, Z]``; ``block_rows[i, j]`` = block-local row (destination)
+        of each stored entry of ``Â_ij`` (``Z``: the largest nnz, at least 1, padded).
+      block_cols: ``int32[P, P, Z]`` block-local column (source).
+      block_vals: ``float32[P, P, Z]`` entry values; pad entries are 0 everywhere.
       block_nnz: ``int32[P, P]`` number of real entries of each block. Real entries come
         first, sorted by ``(row, col)``.
-
-    Shapes:
-      ``Z`` = max nnz over all blocks (at least 1, rounded up to ``pad_multiple``). Device
-      ``i`` holds the slices ``[i]`` of ``row_nodes``, ``row_mask`` and the block arrays.
     """
 
     num_parts: int
@@ -73,11 +60,7 @@ class BlockRowPlan:
         return int(self.block_vals.shape[2])
 
     def shard_nodes(self, array) -> np.ndarray:
-        """Places a global per-node array into the padded block-row layout (pads = 0/False).
-
-        Shapes:
-          ``array: [N, ...]`` (index = global id) -> ``[P, B, ...]``.
-        """
+        """``[N, ...]`` (global ids) -> ``[P, B, ...]`` (padded block-row layout, pads 0)."""
         array = np.asarray(array)
         if array.shape[:1] != (self.num_nodes,):
             raise ValueError(
@@ -89,11 +72,7 @@ class BlockRowPlan:
         return out.reshape((self.num_parts, self.block_size) + array.shape[1:])
 
     def unshard_nodes(self, array):
-        """Inverse of :meth:`shard_nodes` (NumPy or JAX arrays).
-
-        Shapes:
-          ``array: [P, B, ...]`` -> ``[N, ...]`` (index = global id).
-        """
+        """Inverse of :meth:`shard_nodes`, ``[P, B, ...] -> [N, ...]`` (NumPy or JAX arrays)."""
         if tuple(array.shape[:2]) != (self.num_parts, self.block_size):
             raise ValueError(
                 f"expected a [P={self.num_parts}, B={self.block_size}, ...] array, "
@@ -123,19 +102,11 @@ def build_block_row_plan(
     """Splits the normalised adjacency of ``graph`` into ``P x P`` padded COO blocks.
 
     Args:
-      graph: the global graph.
       num_parts: ``P >= 1`` (at most ``N``).
-      norm: ``"gcn"`` (:meth:`Graph.normalized_adjacency` ``("gcn")``, including the added
-        GCN self-loops) or ``"mean"``.
-      parts: optional owner part of each node; when given, block ``i`` holds part ``i``'s
-        nodes (see the module docstring), otherwise contiguous ids.
+      norm: ``"gcn"`` (:meth:`Graph.normalized_adjacency`, with the GCN self-loops) or
+        ``"mean"``.
+      parts: optional ``int[N]`` owner part of each node; block ``i`` then holds part ``i``.
       pad_multiple: round ``B`` and ``Z`` up to a multiple of this; results do not depend on it.
-
-    Returns:
-      The :class:`BlockRowPlan`.
-
-    Shapes:
-      ``parts: int[N] | None`` -> arrays described in :class:`BlockRowPlan`.
 
     Raises:
       ValueError: on an unknown ``norm``, an invalid ``num_parts`` or ``parts``, or
@@ -143,9 +114,7 @@ def build_block_row_plan(
     """
     if norm not in ("gcn", "mean"):
         raise ValueError(f"unknown normalisation {norm!r}; expected 'gcn' or 'mean'")
-    if int(pad_multiple) < 1:
-        raise ValueError(f"pad_multiple must be at least 1, got {pad_multiple}")
-    pad_multiple = int(pad_multiple)
+    pad_multiple = _check_pad_multiple(pad_multiple)
     n = graph.num_nodes
     p = _check_num_parts(num_parts, n)
 
@@ -167,10 +136,8 @@ def build_block_row_plan(
     row_mask[perm] = True
 
     coo = graph.normalized_adjacency(norm).tocoo()
-    pr = perm[coo.row]
-    pc = perm[coo.col]
-    bi, lr = np.divmod(pr, b)
-    bj, lc = np.divmod(pc, b)
+    bi, lr = np.divmod(perm[coo.row], b)
+    bj, lc = np.divmod(perm[coo.col], b)
     order = np.lexsort((lc, lr, bj, bi))
     block = (bi * p + bj)[order]
     pos, nnz = _group_positions(block, p * p)

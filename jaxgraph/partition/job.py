@@ -31,8 +31,7 @@ class PartitionJob:
     out: str | None = None
 
     def check_outputs(self) -> None:
-        """The output files' directories exist and neither path is a directory (before any
-        work)."""
+        """Checks the output paths (:func:`check_output_file`) before any work."""
         for option in ("out", "heatmap"):
             if getattr(self, option):
                 check_output_file(getattr(self, option), f"--{option}")

@@ -1,8 +1,7 @@
 """Assigning every node of a graph to one of ``P`` parts (one part per device).
 
-A partition is an ``int32[N]`` array ``parts`` with ``parts[v]`` = the part (device) that owns
-node ``v``, in ``[0, P)``. Parts may be empty (METIS on tiny or disconnected graphs can leave a
-part without nodes); every consumer in :mod:`jaxgraph.partition` handles empty parts.
+A partition is an ``int32[N]`` array ``parts``, ``parts[v]`` in ``[0, P)``. Parts may be empty
+(METIS on tiny or disconnected graphs); every consumer in :mod:`jaxgraph.partition` allows it.
 """
 
 from __future__ import annotations
@@ -29,27 +28,20 @@ def partition_graph(
     """Splits the nodes of ``graph`` into ``num_parts`` parts.
 
     Methods:
-      ``"metis"``: a METIS k-way (``P > 8``) or recursive-bisection (``P <= 8``) partition,
-        through :func:`pymetis.part_graph`, of the symmetrized adjacency without self-loops
-        (edge directions are ignored for the cut). Minimises the edge cut under a balance
-        constraint; some parts may end up empty on tiny or disconnected graphs.
+      ``"metis"``: :func:`pymetis.part_graph` (k-way for ``P > 8``, else recursive bisection)
+        of the symmetrized adjacency without self-loops: the least edge cut under a balance
+        constraint.
       ``"random"``: a seeded, balanced random assignment (part sizes differ by at most one).
-      ``"contiguous"``: consecutive blocks of ids, ``parts[v] = floor(v * P / N)`` (sizes
-        differ by at most one, ids ascending across parts).
+      ``"contiguous"``: ``parts[v] = floor(v * P / N)`` (sizes differ by at most one).
 
     With ``num_parts == 1`` every node is on part 0 and no partitioner runs.
 
     Args:
-      graph: the graph to split.
       num_parts: number of parts ``P >= 1``, at most ``graph.num_nodes``.
-      method: one of :data:`METHODS`.
       seed: seed of the METIS run or of the random assignment (ignored by ``"contiguous"``).
 
     Returns:
-      ``parts``, the owner part of each node.
-
-    Shapes:
-      ``-> int32[N]`` with values in ``[0, P)``; index = global node id.
+      ``parts``, ``int32[N]``: the owner part of each node.
 
     Raises:
       ValueError: on an unknown method, ``num_parts < 1`` or ``num_parts > num_nodes``.
@@ -65,8 +57,7 @@ def partition_graph(
     if method == "contiguous":
         return (np.arange(n, dtype=np.int64) * num_parts // n).astype(np.int32)
     if method == "random":
-        rng = np.random.default_rng(seed)
-        return rng.permutation(np.arange(n) % num_parts).astype(np.int32)
+        return np.random.default_rng(seed).permutation(np.arange(n) % num_parts).astype(np.int32)
     return _metis(graph, num_parts, seed)
 
 
@@ -85,9 +76,8 @@ def _check_num_parts(num_parts, num_nodes: int) -> int:
 
 
 def _rand_is_shared() -> bool:
-    """Whether threads of this process other than METIS's may call the C library's
-    ``rand()`` during a METIS call: those of JAX's distributed runtime (coordination service,
-    collectives), once ``jax.distributed`` is initialized. See :mod:`._metis_worker`."""
+    """Whether other threads may call the C library's ``rand()`` during a METIS call: those of
+    JAX's distributed runtime, once initialized (see :mod:`._metis_worker`)."""
     jax = sys.modules.get("jax")
     return jax is not None and jax.distributed.is_initialized()
 
@@ -120,26 +110,16 @@ def _metis(graph: Graph, num_parts: int, seed: int) -> np.ndarray:
     cols = np.concatenate([src[keep], dst[keep]])
     sym = sp.csr_matrix((np.ones(rows.size, np.int8), (rows, cols)), shape=(n, n))
     sym.sum_duplicates()  # canonical: sorted, duplicate-free neighbour lists
-    if _rand_is_shared():
-        parts = _metis_in_child(sym.indptr, sym.indices, num_parts, seed)
-    else:
-        parts = run_metis(sym.indptr, sym.indices, num_parts, seed)
-    if parts.shape != (graph.num_nodes,) or parts.min() < 0 or parts.max() >= num_parts:
+    run = _metis_in_child if _rand_is_shared() else run_metis
+    parts = run(sym.indptr, sym.indices, num_parts, seed)
+    if parts.shape != (n,) or parts.min() < 0 or parts.max() >= num_parts:
         raise RuntimeError(f"METIS returned an invalid partition into {num_parts} parts")
     return parts
 
 
 def check_parts(parts, num_nodes: int, num_parts: int | None = None) -> tuple[np.ndarray, int]:
-    """Validates a partition array and resolves the number of parts.
-
-    Args:
-      parts: owner part of each node.
-      num_nodes: ``N``.
-      num_parts: ``P``; when ``None``, ``max(parts) + 1`` (pass it explicitly when trailing
-        parts may be empty).
-
-    Returns:
-      ``(parts int32[N], P)``.
+    """Validates a partition array: ``(parts int32[N], P)``, ``P = num_parts`` or by default
+    ``max(parts) + 1`` (pass it when trailing parts may be empty).
 
     Raises:
       ValueError: on a wrong shape, non-integer values or part ids outside ``[0, P)``.

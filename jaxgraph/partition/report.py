@@ -1,11 +1,8 @@
 """Quality and communication statistics of a partition.
 
-The central quantity is the *pair volume* ``V[i, j]``: the number of distinct nodes owned by
-part ``i`` that part ``j`` needs as halo (nodes of ``i`` with at least one out-edge to a node
-of ``j``). A halo exchange is an all-to-all with this (generally unbalanced) traffic matrix. The
-ring schedule of :class:`jaxgraph.partition.HaloPlan` runs it as ``P - 1`` rounds; in round
-``r`` every device ``d`` sends to ``(d + r) % P`` a payload padded to
-``S_r = max_d V[d, (d + r) % P]`` rows, so ``P * S_r`` rows move in round ``r`` of which only
+The *pair volume* ``V[i, j]`` is the number of distinct nodes of part ``i`` with an out-edge
+into part ``j`` (the halo ``j`` needs from ``i``). The ring of :class:`~jaxgraph.partition.HaloPlan`
+pads round ``r`` to ``S_r = max_d V[d, (d + r) % P]`` rows per device, of which only
 ``sum_d V[d, (d + r) % P]`` are useful.
 """
 
@@ -20,18 +17,9 @@ from jaxgraph.partition.partitioners import check_parts
 
 
 def halo_triples(graph: Graph, parts: np.ndarray, num_parts: int):
-    """Every (owner, needer, node) triple of a halo exchange, without duplicates.
-
-    Node ``u`` owned by part ``i`` is needed by part ``j != i`` when ``u`` has an out-edge to a
-    node owned by ``j``.
-
-    Returns:
-      ``(owner, needer, node)``, three ``int64[T]`` arrays sorted by ``(owner, needer, node)``.
-
-    Shapes:
-      ``parts: int32[N]`` -> three ``int64[T]``, ``T = sum(pair_volume)``; ``node`` holds global
-      ids.
-    """
+    """Every distinct ``(owner, needer, node)`` of a halo exchange (node ``u`` of part ``i`` is
+    needed by part ``j != i`` when ``u`` has an out-edge into ``j``): three ``int64[T]``,
+    sorted, ``T = sum(pair_volume)``."""
     n = graph.num_nodes
     src, dst = graph.edges()
     owner = parts[src].astype(np.int64)
@@ -44,16 +32,8 @@ def halo_triples(graph: Graph, parts: np.ndarray, num_parts: int):
 
 
 def ring_round_volumes(pair_volume: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Padded and useful payload rows of each ring round.
-
-    Returns:
-      ``(round_rows, useful_rows)``: ``round_rows[r-1] = S_r = max_d V[d, (d+r) % P]`` (rows
-      per device in round ``r``, the padded payload) and ``useful_rows[r-1] =
-      sum_d V[d, (d+r) % P]``.
-
-    Shapes:
-      ``pair_volume: int[P, P]`` -> two ``int64[P - 1]``.
-    """
+    """``(round_rows, useful_rows)``, two ``int64[P - 1]``: ``S_r = max_d V[d, (d+r) % P]``
+    and ``sum_d V[d, (d+r) % P]`` for each ring round ``r``."""
     p = pair_volume.shape[0]
     d = np.arange(p)[None, :]
     r = np.arange(1, p)[:, None]
@@ -75,16 +55,11 @@ class PartitionReport:
       edge_cut: number of directed edges ``u -> v`` with ``parts[u] != parts[v]``.
       edge_cut_undirected: ``edge_cut // 2`` when the graph is symmetric, else ``None``.
       balance: ``max(sizes) / mean(sizes)`` (1.0 = perfectly balanced).
-      remote_ratio: ``float64[P]``; for part ``p``, among the distinct in-neighbours of its
-        nodes, the fraction owned by another part (0 when the part has no in-neighbour).
-      pair_volume: ``int64[P, P]``, ``pair_volume[i, j]`` = number of distinct nodes owned by
-        ``i`` that ``j`` needs as halo; zero diagonal.
+      remote_ratio: ``float64[P]``, per part the fraction of the distinct in-neighbours of its
+        nodes owned by another part (0 without in-neighbours).
+      pair_volume: ``int64[P, P]``, ``V[i, j]`` above; zero diagonal.
       round_rows: ``int64[P - 1]``, ``S_r`` = padded payload rows per device in ring round ``r``.
-      round_useful_rows: ``int64[P - 1]``, rows actually needed in ring round ``r`` (all
-        devices).
-
-    Shapes:
-      Part indices ``p`` are device indices on the mesh axis; round ``r`` is at index ``r - 1``.
+      round_useful_rows: ``int64[P - 1]``, rows needed in ring round ``r`` (all devices).
     """
 
     graph_name: str
@@ -123,15 +98,11 @@ class PartitionReport:
 
     def format(self) -> str:
         """A human-readable multi-line table of the statistics."""
-        p = self.num_parts
+        p, undirected = self.num_parts, self.edge_cut_undirected
         lines = [
             f"partition of {self.graph_name!r}: N={self.num_nodes}, E={self.num_edges}, P={p}",
             f"edge cut: {self.edge_cut} directed"
-            + (
-                f" ({self.edge_cut_undirected} undirected)"
-                if self.edge_cut_undirected is not None
-                else ""
-            )
+            + (f" ({undirected} undirected)" if undirected is not None else "")
             + (f", {self.edge_cut / self.num_edges:.1%} of edges" if self.num_edges else ""),
             f"balance (max/mean size): {self.balance:.3f}",
             "",
@@ -167,10 +138,8 @@ class PartitionReport:
         return self.format()
 
     def save_heatmap(self, path) -> None:
-        """Saves the pair-volume matrix as a heatmap PNG (or any format matplotlib infers).
-
-        Uses :class:`matplotlib.figure.Figure` directly (no pyplot, no global backend change).
-        """
+        """Saves the pair-volume matrix as a heatmap PNG (or any format matplotlib infers),
+        without pyplot (no global backend change)."""
         from matplotlib.figure import Figure
 
         p = self.num_parts
@@ -188,37 +157,19 @@ class PartitionReport:
             for i in range(p):
                 for j in range(p):
                     v = int(self.pair_volume[i, j])
-                    ax.text(
-                        j,
-                        i,
-                        str(v),
-                        ha="center",
-                        va="center",
-                        fontsize=8,
-                        color="black" if vmax and v > vmax / 2 else "white",
-                    )
+                    color = "black" if vmax and v > vmax / 2 else "white"
+                    ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color=color)
         fig.savefig(path)
 
 
 def partition_report(graph: Graph, parts, *, num_parts: int | None = None) -> PartitionReport:
-    """Computes the statistics of a partition of ``graph``.
-
-    Args:
-      graph: the partitioned graph.
-      parts: owner part of each node.
-      num_parts: ``P``; defaults to ``max(parts) + 1`` (pass it when trailing parts may be
-        empty).
-
-    Shapes:
-      ``parts: int[N]`` (index = global node id) -> a :class:`PartitionReport` with ``[P]`` and
-      ``[P, P]`` arrays.
-    """
+    """The statistics of the partition ``parts: int[N]`` of ``graph``; ``num_parts`` defaults
+    to ``max(parts) + 1`` (pass it when trailing parts may be empty)."""
     parts, p = check_parts(parts, graph.num_nodes, num_parts)
     n = graph.num_nodes
     sizes = np.bincount(parts, minlength=p).astype(np.int64)
     src, dst = graph.edges()
     edge_cut = int(np.count_nonzero(parts[src] != parts[dst]))
-    symmetric = graph.is_symmetric()
 
     # Distinct (needing part, in-neighbour) pairs: the in-neighbourhood of each part.
     key = np.unique(parts[dst].astype(np.int64) * n + src)
@@ -240,7 +191,7 @@ def partition_report(graph: Graph, parts, *, num_parts: int | None = None) -> Pa
         num_edges=graph.num_edges,
         sizes=sizes,
         edge_cut=edge_cut,
-        edge_cut_undirected=edge_cut // 2 if symmetric else None,
+        edge_cut_undirected=edge_cut // 2 if graph.is_symmetric() else None,
         balance=float(sizes.max() / sizes.mean()),
         remote_ratio=remote_ratio,
         pair_volume=pair_volume,

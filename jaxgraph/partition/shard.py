@@ -1,8 +1,5 @@
-"""One device's share of a partitioned graph: the arrays a ``shard_map`` step reads.
-
-Host planning that depends on the data (:mod:`jaxgraph.partition.halo` makes the plan; this
-module lays the graph out under it), shared by the models, the exchanges and the trainer.
-"""
+"""One device's share of a partitioned graph: the arrays a ``shard_map`` step reads, laid out
+under a :mod:`jaxgraph.partition.halo` plan."""
 
 from __future__ import annotations
 
@@ -15,12 +12,10 @@ from jaxgraph.partition.halo import HaloPlan, split_edges_by_source
 
 
 class GraphShard(NamedTuple):
-    """One device's share of a partitioned graph, built from a :class:`HaloPlan`.
+    """One device's share of a partitioned graph, built from a :class:`HaloPlan`; on the host
+    every field has a leading axis of size ``P``.
 
-    On the host every field carries a leading axis of size ``P`` (the mesh axis); inside the
-    ``shard_map`` body that axis is gone and the shapes are those below.
-
-    Shapes:
+    Shapes (inside ``shard_map``):
       x: ``f32[Nl, F]`` local node features (zero on pad rows).
       labels: ``int32[Nl]`` (``-1`` on unlabelled and pad rows) or ``bool[Nl, C]``.
       train_mask, val_mask, test_mask, local_mask: ``bool[Nl]`` (``False`` on pad rows).
@@ -30,17 +25,14 @@ class GraphShard(NamedTuple):
       gcn_edge_weight, mean_edge_weight: ``f32[Em]``; gcn_self_weight: ``f32[Nl]``.
       send_idx: per ring round ``r``, ``int32[S_r]`` local rows sent in round ``r``.
 
-    Optional: the in-edges split by source, local rows or halo rows
-    (:func:`~jaxgraph.partition.halo.split_edges_by_source`; ``None`` when the shard was
-    built with ``split=False``). Each list keeps the destination-sorted order; pad edges have
-    source 0, destination ``Nl - 1`` and weight 0:
+    Optional (``None`` with ``split=False``): the in-edges split by source
+    (:func:`~jaxgraph.partition.halo.split_edges_by_source`):
       local_edge_src: ``int32[El]`` sources in ``[0, Nl)`` (local rows).
       local_edge_dst: ``int32[El]`` destinations in ``[0, Nl)``, sorted ascending.
       local_gcn_weight, local_mean_weight: ``f32[El]``.
       remote_edge_src: ``int32[Er]`` sources in ``[0, H)`` (halo rows, i.e. ``edge_src - Nl``).
       remote_edge_dst: ``int32[Er]`` destinations in ``[0, Nl)``, sorted ascending.
       remote_gcn_weight, remote_mean_weight: ``f32[Er]``.
-    ``El``, ``Er`` = the largest local-source / halo-source edge count over devices (at least 1).
     """
 
     x: jax.Array
@@ -67,11 +59,8 @@ class GraphShard(NamedTuple):
 
     @classmethod
     def from_plan(cls, graph, plan: HaloPlan, *, split: bool = True) -> GraphShard:
-        """Host-side stacked shards ``[P, ...]`` of ``graph`` under ``plan`` (NumPy arrays).
-
-        ``split``: also store the in-edges split by source (the ``local_*`` / ``remote_*``
-        fields), which lets the aggregation overlap its local part with the halo exchange.
-        """
+        """Host-side stacked shards ``[P, ...]`` of ``graph`` under ``plan`` (NumPy arrays);
+        ``split`` also stores the ``local_*`` / ``remote_*`` fields."""
         labels = plan.shard_nodes(graph.labels)
         if not graph.multi_label:
             labels = np.where(plan.local_mask, labels, -1).astype(np.int32)

@@ -1,15 +1,11 @@
-"""**The exact frontier solver** (``solver="frontier"``) solves the same program without a MIP
-solver, to optimality. Within a round, channels share nothing but ``Z_r``; a channel's time
-rises with its bytes, so all that matters of its choices is, for each byte count, the least
-variance reaching it: its Pareto frontier. The groups of one size form a class whose loads
-lie on a grid (``3 n + 1`` points for ``n`` groups at widths 2/4/8), on which a dynamic
-program over the groups finds the least variance of every load exactly; the classes' frontiers
-(at most two per channel of :func:`make_problem`: full groups and a partial last one) are
-combined by Pareto-pruned sums. For a given ``Z_r`` each channel takes its frontier's least
-variance that fits; the round's objective is then a step function of ``Z_r`` plus ``a_time
-Z_r``, minimal at one of the channels' frontier times, all of which are scored. Cost
-``O(n^2 W)`` per class (its time against HiGHS's: experiments/README.md, "The exact frontier
-solver").
+"""**The exact frontier solver** (``solver="frontier"``): the same program without a MIP solver,
+to optimality. Within a round, channels share nothing but ``Z_r``, and a channel's time rises
+with its bytes, so all that matters of its choices is its Pareto frontier of (bytes, least
+variance). The groups of one size form a class whose loads lie on a grid (``3 n + 1`` points
+for ``n`` groups at widths 2/4/8), where a dynamic program finds the least variance of every
+load exactly; the classes' frontiers are combined by Pareto-pruned sums. A round's objective is
+then a step function of ``Z_r`` plus ``a_time Z_r``, minimal at one of the channels' frontier
+times, all of which are scored. Cost ``O(n^2 W)`` per class.
 """
 
 from __future__ import annotations
@@ -19,6 +15,8 @@ import numpy as np
 from jaxgraph.comm.assign.problem import Problem, _Model, _row_bits
 from jaxgraph.comm.costmodel import MIB
 
+# States a channel's frontier program may hold before the frontier solver gives up: n groups of
+# one size at widths 2/4/8 take n (3 n + 1) (20M: n = 2,580 groups in one channel).
 FRONTIER_MAX_POINTS = 20_000_000
 
 
@@ -34,11 +32,9 @@ def _class_frontier(var: np.ndarray, load: np.ndarray) -> tuple[np.ndarray, ...]
     """The frontier of ``n`` groups of one size: ``var: float64[n, W]``, their common per-width
     loads ``load: int64[W]``; returns as :func:`_channel_frontier`.
 
-    The loads above the cheapest width's are multiples of their gcd ``q``, so a choice's load is
-    ``n * min(load) + s * q`` for an integer ``s`` up to ``n * (max(load) - min(load)) / q``
-    (``3 n`` at widths 2/4/8). A dynamic program over the groups keeps, for every ``s``, the
-    least variance reaching it exactly and each group's width there; the frontier is the ``s``
-    whose variance is below that of every smaller ``s``."""
+    A choice's load is ``n * min(load) + s * q`` (``q`` the gcd of the load steps) for an
+    integer ``s``; a dynamic program over the groups keeps, for every ``s``, the least variance
+    reaching it and each group's width there."""
     n, num_widths = var.shape
     if n == 1:  # the group's own widths
         kept = _pareto(load, var[0])
@@ -80,11 +76,8 @@ def _channel_frontier(
 
     ``var: float64[G, W]``, ``count: int64[G]`` rows per group, ``per_row: int64[W]`` bits per
     row at each width -> ``load: int64[F]`` ascending, ``variance: float64[F]`` strictly
-    descending, ``choice: int8[F, G]`` width indices reaching them: each point is the least
-    variance of any choice of widths with at most its load. The groups of one size form a
-    class with a frontier of its own (:func:`_class_frontier`); the classes' frontiers are
-    combined pairwise, keeping the Pareto points of their sums (a channel of
-    :func:`make_problem` has at most two classes: its full groups and a partial last one)."""
+    descending, ``choice: int8[F, G]`` width indices reaching them. The classes' frontiers
+    (:func:`_class_frontier`) are combined pairwise, keeping the Pareto points of their sums."""
     sizes, klass = np.unique(count, return_inverse=True)
     total, spread = np.zeros(1, np.int64), np.zeros(1)
     choice = np.zeros((1, var.shape[0]), np.int8)
@@ -107,16 +100,9 @@ def _channel_frontier(
 
 
 def _frontier(problem: Problem, model: _Model) -> np.ndarray:
-    """The exact optimum of the program (width indices ``int64[K]``), without a MIP solver.
-
-    In one ring round the channels interact only through the round's time ``Z_r``: for a
-    given ``Z_r`` each channel independently takes the least variance whose time fits, which
-    is a lookup in its (load, variance) frontier (:func:`_channel_frontier`). The round's
-    objective ``a_var * sum_c V_c(Z_r) + a_time * Z_r`` is then piecewise constant in ``Z_r``
-    plus a rising line, so its minimum lies at one of the channels' frontier times; all of
-    them are scored and the best kept (ties: the shortest round). Rounds are independent (see
-    the module docstring), so the program's optimum is the rounds' optima together.
-    """
+    """The exact optimum of the program (width indices ``int64[K]``), without a MIP solver: per
+    round, every channel frontier time is scored as ``Z_r`` (each channel taking its least
+    variance that fits) and the best kept (ties: the shortest round)."""
     used = [c for c in problem.channels if c.count.size]  # the model's channels
     count = np.concatenate([c.count for c in used])  # the bits of a group: count * per_row
     per_row = _row_bits(model.widths, problem.dim, problem.param_bytes)

@@ -42,23 +42,15 @@ def _check_solver() -> None:
 
 @functools.lru_cache(maxsize=4)
 def _installed_solvers(query) -> tuple[str, ...]:
-    """``query()`` (cvxpy's ``installed_solvers``), once per process: it probes every solver
-    interface (a cost on every re-assignment otherwise). Keyed by the function, so
-    a replaced query (a test's missing solver) is asked anew."""
+    """``query()`` (cvxpy's ``installed_solvers``, which probes every solver interface), once per
+    process and function (a replaced query is asked anew)."""
     return tuple(query())
 
 
 class _Program:
     """The cvxpy program of one structure (groups, channels, costs in seconds) with the variance
-    costs as a parameter. The program is DPP, so cvxpy canonicalizes it once; a later solve of
-    the same structure (the next assignment of a run: same plan, same groups) only substitutes
-    the new costs, which saves most of cvxpy's share of a round's solve.
-
-    Times are in units of ``unit`` (``T_n``), which keeps the constraint coefficients near 1:
-    HiGHS drops matrix entries below 1e-9 (small_matrix_value), and NVLink-class seconds are
-    far smaller. The objective is the normalized one, its constant terms folded in (see the
-    module docstring).
-    """
+    costs as a parameter: DPP, so cvxpy canonicalizes it once per structure. Times are in units
+    of ``unit`` (``T_n``), keeping the coefficients near 1 (HiGHS drops entries below 1e-9)."""
 
     def __init__(self, model: _Model, unit: float, pairs: np.ndarray):
         import cvxpy as cp
@@ -77,16 +69,13 @@ class _Program:
             (np.ones(num_ch), (np.arange(num_ch), model.round_of)),
             shape=(num_ch, model.num_rounds),
         )
-        # Each round's time is its bottleneck at the narrowest width plus y_r >= 0 (no channel
-        # can be faster than that), so sum_r Z_r - T_u = sum_r y_r.
+        # Each round's time is its bottleneck at the narrowest width plus y_r >= 0.
         narrowest = np.bincount(model.channel, weights=model.sec[:, 0], minlength=num_ch)
         floor = np.zeros(model.num_rounds)
         np.maximum.at(floor, model.round_of, narrowest + model.gamma)
         # Groups of one channel with equal row counts cost the same at every width, so an
-        # optimum gives the heavier group at least the lighter one's width (swapping two such
-        # groups' widths changes no time and the variance by (g_a - g_b)(f(b_b) - f(b_a))):
-        # these order constraints (`pairs`, from _order_pairs) cut the symmetric solutions
-        # HiGHS would otherwise search.
+        # optimum gives the heavier one at least the lighter one's width: these order
+        # constraints (`pairs`) cut the symmetric solutions HiGHS would otherwise search.
         order = _order_matrix(pairs, num_widths, cols.size)
         self.x = cp.Variable(cols.size, boolean=True)
         y = cp.Variable(model.num_rounds, nonneg=True)  # round time above `floor`, / T_n
@@ -181,15 +170,10 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
     ``(choice int[K], status, gap)``; raises :class:`_NoSolution` when there is no usable
     integer solution."""
     num_groups, num_widths = model.var.shape
-    # HiGHS options pass through cvxpy as solver_opts (cvxpy 1.9: each key goes to
-    # Highs.setOptionValue; a bad name or value raises). mip_abs_gap = 0 leaves the relative gap
-    # as the only optimality stop (HiGHS's default absolute gap of 1e-6 is not small next to
-    # a normalized objective).
-    # threads = 1: the parallelism is across programs and rounds (:func:`_solve_all`'s pool);
-    # HiGHS's own workers on top of that oversubscribe the cores (the same objectives in less
-    # time with one thread: experiments/README.md, bench_assign.py). HiGHS keeps one scheduler
-    # per calling thread, sized by the first run on it, and refuses a later run asking for
-    # another size: hence the solves always run on the pool's own threads, never the caller's.
+    # mip_abs_gap = 0 leaves the relative gap as the only optimality stop (HiGHS's default 1e-6
+    # is not small next to a normalized objective). threads = 1: the parallelism is across
+    # programs and rounds (_solve_all's pool). HiGHS keeps one scheduler per calling thread,
+    # sized by its first run, and refuses another size: hence always the pool's threads.
     options = {
         "time_limit": float(time_limit),
         "mip_rel_gap": float(mip_rel_gap),
@@ -201,9 +185,8 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
         with _program(model, model.t_nadir) as program:
             program.cost.value = model.a_var * (model.var - model.var[:, -1:]).ravel()
             prob = program.problem
-            # get_problem_data + solve_via_data + invert is cvxpy's documented low-level path;
-            # it skips Problem.solve's "Solution may be inaccurate" UserWarning on a time
-            # limit, which is an expected outcome here, not a reason to warn.
+            # cvxpy's documented low-level path, without Problem.solve's "Solution may be
+            # inaccurate" UserWarning on a time limit (an expected outcome here).
             data, chain, inverse = prob.get_problem_data(SOLVER)
             raw = chain.solve_via_data(prob, data, solver_opts=options)
             result = chain.invert(raw, inverse)
@@ -224,9 +207,3 @@ def _milp(problem: Problem, model: _Model, time_limit: float, mip_rel_gap: float
     gap = getattr(info, "mip_gap", None)
     gap = float(gap) if gap is not None and np.isfinite(gap) else None
     return np.argmax(values, axis=1), result.status, gap
-
-
-# ---------------------------------------------------------------------- the exact frontier solver
-
-# States a channel's frontier program may hold before the frontier solver gives up: n groups of
-# one size at widths 2/4/8 take n (3 n + 1) (20M: n = 2,580 groups in one channel).

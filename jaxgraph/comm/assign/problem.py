@@ -2,27 +2,19 @@
 
 Differences from AdaQP, on purpose:
 
-* ``MB`` counts the group's real rows ``n_j`` (AdaQP uses ``group_size`` for the partial last
-  group too) and the 8 bytes of fp32 ``(scale, lo)`` per row that
-  :func:`jaxgraph.partition.buckets.wire_bytes` puts on the wire. The per-bucket rounding of packed
-  codes up to whole bytes (at most ``D`` bytes per bucket) is left out, which keeps the model
-  linear.
+* ``MB`` counts the group's real rows ``n_j`` (AdaQP: ``group_size`` for the partial last group
+  too) and the bytes of the ``(scale, lo)`` per row (:func:`jaxgraph.partition.buckets.wire_bytes`);
+  the per-bucket rounding to whole bytes is left out, which keeps the model linear.
 * ``T_u`` is the achievable lower bound ``sum_r max_c`` (AdaQP: the looser ``sum_r min_c``).
-* A channel with no rows sends nothing: it has no constraint and adds no ``gamma`` (AdaQP posts
-  every pair). A round none of whose channels carries rows has no ``Z_r``.
-* Zero denominators are guarded (AdaQP divides unguarded): if every weight is zero
-  (``V_n == V_u``) the variance term is dropped; if ``T_n - T_u <= 1e-12 T_n`` (no transfer time
-  to trade, e.g. ``theta = 0``) the time term is dropped. Whenever the time term carries no
-  weight (``lam = 1`` or dropped) every group gets the widest width, which is optimal (groups of
-  zero weight are indifferent and get it too): a fast path without the solver, as is a single
-  width choice. With only the variance term dropped (all weights zero, ``lam < 1``) the solver
-  minimizes the time alone.
-* At ``lam = 0`` only each round's slowest channel counts and the other channels' widths are
-  ties, resolved by the solver; a small ``lam > 0`` instead fills the slack under each round's
-  bottleneck with the widest widths that fit.
-* The solver (HiGHS through cvxpy) always runs with a time limit and a relative MIP gap. The
-  best integer solution found under the limit is accepted; without one, or without the solver,
-  the caller's fallback assignment is kept, with a :class:`SolverFallbackWarning`.
+* A channel with no rows has no constraint and adds no ``gamma``; nor has a round without rows
+  a ``Z_r``.
+* Zero denominators are guarded: with every weight zero the variance term is dropped, with
+  ``T_n - T_u <= 1e-12 T_n`` the time term. Without time term (or with a single width) every
+  group gets the widest width, without the solver (optimal).
+* At ``lam = 0`` the widths under each round's bottleneck are ties the solver resolves; a small
+  ``lam > 0`` fills that slack with the widest widths that fit.
+* The solver runs under a time limit and a relative gap; without an integer solution the
+  caller's fallback is kept (:class:`SolverFallbackWarning`).
 """
 
 from __future__ import annotations
@@ -161,13 +153,11 @@ class Solution:
       objective: the normalized objective of ``bits`` (see the module docstring).
       variance: ``sum V x`` of ``bits``.
       time: ``sum_r max_c t_c`` of ``bits`` in seconds (``sum_r Z_r`` at the optimum).
-      status: ``"optimal"``, ``"user_limit"`` (best integer solution under the time limit or
-        gap), ``"fast_path"``, ``"empty"`` or ``"fallback"``.
-      solve_seconds: wall time from the start of the solving call (which may solve several
-        programs together) to this program's result.
+      status: ``"optimal"``, ``"user_limit"`` (best integer solution under the limit or gap),
+        ``"fast_path"``, ``"empty"`` or ``"fallback"``.
+      solve_seconds: wall time from the start of the solving call to this program's result.
       used_fallback: the fallback was returned for the whole program.
-      cause: why the fallback was used, for the whole program or some rounds (empty
-        otherwise).
+      cause: why the fallback was used, for the whole program or some rounds (else empty).
       fallback_channels: indices into ``problem.channels`` whose widths are the fallback's
         because their round found no solution (all channels if ``used_fallback``).
       mip_gap: the largest final relative gap of its solved parts (rounds, or the whole
@@ -186,22 +176,15 @@ class Solution:
     mip_gap: float | None = None
 
 
-# ---------------------------------------------------------------------- grouping
-
-
 def group_rows(beta: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Groups one channel's rows by descending ``beta`` (AdaQP's grouping).
+    """Groups one channel's rows by descending ``beta`` (AdaQP's grouping): sorted (ties keep
+    their order) and cut into consecutive groups of ``group_size``, the last maybe partial.
 
-    Rows are sorted by ``beta`` descending (ties keep their order) and cut into consecutive
-    groups of ``group_size``; the last group may be partial.
+    ValueError if ``group_size < 1`` or ``beta`` is not 1-D, finite and non-negative.
 
     Shapes:
       ``beta: [n]`` -> ``group_of_row: int32[n]`` (the group of each row, original row order),
-      ``group_weight: float64[G]`` (sum of ``beta`` per group), ``group_count: int64[G]``,
-      with ``G = ceil(n / group_size)``.
-
-    Raises:
-      ValueError: if ``group_size < 1`` or ``beta`` is not 1-D, finite and non-negative.
+      ``group_weight: float64[G]`` (sum of ``beta`` per group), ``group_count: int64[G]``.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1, got {group_size}")
@@ -237,12 +220,8 @@ def make_problem(
     widths: tuple[int, ...] = BITS,
     param_bytes: int = PARAM_BYTES,
 ) -> tuple[Problem, tuple[np.ndarray, ...]]:
-    """Groups every channel's rows and builds the program.
-
-    Returns:
-      the :class:`Problem` and, per channel, ``group_of_row: int32[n_c]`` for
-      :func:`expand_bits`.
-    """
+    """Groups every channel's rows and builds the program: the :class:`Problem` and, per
+    channel, ``group_of_row: int32[n_c]`` for :func:`expand_bits`."""
     groups, group_of_row = [], []
     for ch in channels:
         sender, receiver, rnd, beta = ch
@@ -260,9 +239,6 @@ def make_problem(
         param_bytes=int(param_bytes),
     )
     return problem, tuple(group_of_row)
-
-
-# ---------------------------------------------------------------------- the model, in numpy
 
 
 def _row_bits(widths: np.ndarray, dim: int, param_bytes: int = PARAM_BYTES) -> np.ndarray:
@@ -421,9 +397,6 @@ def _solution(problem, model, choice, status, t0, **extra) -> Solution:
         solve_seconds=time.perf_counter() - t0,
         **extra,
     )
-
-
-# ---------------------------------------------------------------------- solvers
 
 
 class _NoSolution(Exception):

@@ -1,18 +1,14 @@
-"""**Solved round by round.** The objective is a sum over rounds (each group's variance belongs to
-its channel's round, and each ``Z_r`` to one round) and no constraint spans two rounds, so the
-program splits into one independent program per round, with the whole program's normalization;
-the per-round optima add up to its optimum. Programs above :data:`JOINT_MAX_GROUPS` groups are
-solved that way (branch and bound no longer searches the product of the rounds' choices);
-smaller ones whole, where a HiGHS run's fixed cost outweighs the search.
+"""**Solved round by round.** The objective is a sum over rounds and no constraint spans two
+rounds, so the program splits into one independent program per round (with the whole
+program's normalization) whose optima add up to its optimum. Programs above
+:data:`JOINT_MAX_GROUPS` groups are solved that way, smaller ones whole.
 
-The relative gap is HiGHS's, per solved part (a round, or the whole program), and relative to
-that part of the normalized objective itself: HiGHS sees each group's variance as ``V x -
-V_widest`` (``sum_j V_widest = V_u``) and each round's time as ``y_r = Z_r - max_c
-t_c(narrowest)`` (the round's share of ``T_u``, below which no choice of widths goes), so the
-objective's constant terms are folded in and every term is non-negative (with the constants
-added afterwards, the gap would be relative to a quantity dominated by ``(1 - lam) T_u / (T_n -
-T_u)`` and accept solutions far above the optimum). The parts are non-negative, so the whole
-program's gap is at most the largest part's, which is what :class:`Solution` reports.
+The relative gap is HiGHS's, per solved part, relative to that part of the normalized objective
+with its constants folded in: HiGHS sees each group's variance as ``V x - V_widest`` and each
+round's time as ``Z_r - max_c t_c(narrowest)``, so every term is non-negative (with the
+constants added afterwards, the gap would be relative to a quantity dominated by ``(1 - lam)
+T_u / (T_n - T_u)`` and accept solutions far above the optimum). The whole program's gap is
+then at most the largest part's, which :class:`Solution` reports.
 """
 
 from __future__ import annotations
@@ -49,9 +45,8 @@ from jaxgraph.comm.assign.problem import (
     objective_bounds,
 )
 
-# Programs of at most this many groups are solved whole: a HiGHS run has a fixed cost, which
-# there outweighs the search; larger ones are solved round by round, at equal or better
-# objectives in less time (the timings: experiments/README.md, "Keys of more than 64 groups").
+# Programs of at most this many groups are solved whole (a HiGHS run's fixed cost outweighs the
+# search); larger ones round by round (experiments/README.md, "Keys of more than 64 groups").
 JOINT_MAX_GROUPS = 64
 
 
@@ -92,6 +87,10 @@ def _solve(problem, time_limit, mip_rel_gap, fallback, solver="milp") -> Solutio
     return _solve_all({None: problem}, time_limit, mip_rel_gap, fallbacks, 1, solver)[None]
 
 
+def _fell_back(problem: Problem, model: _Model, choice, t0: float, cause: str) -> Solution:
+    return _solution(problem, model, choice, "fallback", t0, used_fallback=True, cause=cause)
+
+
 def _round_model(model: _Model, r: int) -> tuple[_Model, np.ndarray]:
     """The part of ``model`` that round ``r`` (an index into the used rounds) owns, with the
     whole program's normalization, and the indices of its groups in ``model``."""
@@ -119,21 +118,11 @@ def _solve_round(problem: Problem, part: _Model, share: float, mip_rel_gap: floa
 
 
 def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers, solver="milp") -> dict:
-    """Solves every program of ``problems``: whole if it has at most :data:`JOINT_MAX_GROUPS`
-    groups, else round by round (see the module docstring: the rounds share no variable or
-    constraint, so the per-round optima add up to the program's optimum); all these HiGHS runs
-    share one pool of ``max_workers`` threads (HiGHS releases the GIL while it runs). No
-    warnings: the caller's thread raises them.
-
-    Each round's HiGHS run gets an equal, fixed share of its program's ``time_limit`` (not what
-    earlier rounds left over, so a round's answer does not depend on how fast the others ran).
-    A program's status is ``"optimal"`` when every round was solved to its gap and
-    ``"user_limit"`` otherwise; its gap is the largest part's. If a part has no integer
-    solution, the program keeps its fallback, with the round named in the cause.
-    ``solve_seconds`` is the wall time from the call to the program's result.
-
-    With ``solver="frontier"`` each program is solved exactly by :func:`_frontier` instead
-    (status ``"optimal"``, gap 0; no time limit, no fallback).
+    """Solves every program of ``problems``, whole or round by round, all HiGHS runs in one pool
+    of ``max_workers`` threads (HiGHS releases the GIL); the caller's thread warns. Each round
+    gets an equal, fixed share of its program's ``time_limit`` (so its answer does not depend on
+    how fast the others ran); a part without an integer solution keeps the fallback, its round
+    named in the cause. ``solver="frontier"``: :func:`_frontier` (exact; gap 0, no fallback).
     """
     _check_limits(time_limit, mip_rel_gap, solver)
     t0 = time.perf_counter()
@@ -165,15 +154,7 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers, solver
         _check_solver()
     except _NoSolution as e:
         for key, (model, fallback_choice) in pending.items():
-            out[key] = _solution(
-                problems[key],
-                model,
-                fallback_choice,
-                "fallback",
-                t0,
-                used_fallback=True,
-                cause=str(e),
-            )
+            out[key] = _fell_back(problems[key], model, fallback_choice, t0, str(e))
         return {key: out[key] for key in problems}
     # Always on the pool's threads, one worker included (see _milp: HiGHS's per-thread scheduler).
     workers = min(max_workers or os.cpu_count() or 1, len(tasks))  # tasks: at least one
@@ -191,15 +172,7 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers, solver
             cause = str(e)
             if r is not None:
                 cause += f" (in every one of the {model.num_rounds} ring rounds that carry rows)"
-            out[key] = _solution(
-                problem,
-                model,
-                fallback_choice,
-                "fallback",
-                t0,
-                used_fallback=True,
-                cause=cause,
-            )
+            out[key] = _fell_back(problem, model, fallback_choice, t0, cause)
             continue
         # A round without a solution keeps its fallback widths; the rounds are independent,
         # so the others' solutions stand.
@@ -219,16 +192,10 @@ def _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers, solver
                 for r, e in failed
             )
             used = [i for i, c in enumerate(problem.channels) if c.count.size]
-            kept = tuple(used[c] for r, _ in failed for c in np.flatnonzero(model.round_of == r))
+            chans = (c for r, _ in failed for c in np.flatnonzero(model.round_of == r))
+            kept = tuple(sorted(used[c] for c in chans))
         out[key] = _solution(
-            problem,
-            model,
-            choice,
-            status,
-            t0,
-            mip_gap=gap,
-            cause=cause,
-            fallback_channels=tuple(sorted(kept)),
+            problem, model, choice, status, t0, mip_gap=gap, cause=cause, fallback_channels=kept
         )
     return {key: out[key] for key in problems}
 
@@ -255,23 +222,16 @@ def solve(
     or exactly by its frontiers (``solver="frontier"``).
 
     Args:
-      problem: the program.
-      time_limit: seconds of HiGHS for the whole program, split equally between its rounds
-        (cvxpy's model building comes on top: milliseconds per round).
+      time_limit: seconds of HiGHS for the whole program, split equally between its rounds.
       mip_rel_gap: HiGHS's relative MIP gap at which the search stops (0: prove optimality).
       fallback: the assignment kept when the program cannot be solved: one width for every
-        group (``None``: the widest of ``problem.widths``), or per channel ``int[G_c]`` group
-        widths.
-      solver: ``"milp"`` (HiGHS through cvxpy) or ``"frontier"`` (exact: per-channel Pareto
-        frontiers of (bytes, variance) and a sweep over each round's time, see
-        :func:`_frontier`; ``time_limit``, ``mip_rel_gap`` and ``fallback`` do not apply).
+        group (``None``: the widest of ``problem.widths``), or per channel ``int[G_c]``.
+      solver: ``"milp"`` (HiGHS through cvxpy) or ``"frontier"`` (exact, :mod:`.frontier`;
+        ``time_limit``, ``mip_rel_gap`` and ``fallback`` do not apply).
 
     Returns:
-      The :class:`Solution`. Never raises for a solver failure: a missing solver, a solver
-      error or no integer solution within the limit returns ``fallback`` and warns.
-
-    Warns:
-      SolverFallbackWarning: naming the cause when the fallback is returned.
+      The :class:`Solution`. A solver failure (none, an error, no integer solution in time)
+      never raises: ``fallback`` is returned with a :class:`SolverFallbackWarning`.
     """
     solution = _solve(problem, time_limit, mip_rel_gap, fallback, solver)
     _warn_fallback(problem, solution, fallback)
@@ -279,11 +239,8 @@ def solve(
 
 
 def solve_brute_force(problem: Problem, *, max_groups: int = 12) -> Solution:
-    """Exhaustive enumeration of the same objective (a test oracle; ``W^K`` candidates).
-
-    Raises:
-      ValueError: if the problem has more than ``max_groups`` groups.
-    """
+    """Exhaustive enumeration of the same objective (a test oracle; ``W^K`` candidates);
+    ValueError for more than ``max_groups`` groups."""
     t0 = time.perf_counter()
     model = _model(problem)
     k, w = model.var.shape
@@ -326,9 +283,6 @@ def _solve_parallel(problems, time_limit, mip_rel_gap, fallback, max_workers, so
     return _solve_all(problems, time_limit, mip_rel_gap, fallbacks, max_workers, solver)
 
 
-# ---------------------------------------------------------------------- rows in, rows out
-
-
 def _row_result(problem, group_of_row, solution, channels, fallback) -> tuple[list, dict]:
     """Per-row widths of each channel and a JSON-friendly log."""
     if solution.fallback_channels and not (fallback is None or _is_width(fallback)):
@@ -339,17 +293,10 @@ def _row_result(problem, group_of_row, solution, channels, fallback) -> tuple[li
             for c, (fb, g, b) in enumerate(zip(fallback, group_of_row, solution.bits, strict=True))
         ]
         # Score the kept assignment on the same objective, with one group per row.
-        singles, _ = make_problem(
-            channels,
-            dim=problem.dim,
-            theta=problem.theta,
-            gamma=problem.gamma,
-            num_parts=problem.num_parts,
-            lam=problem.lam,
-            group_size=1,
-            widths=tuple(sorted(set(problem.widths) | {int(v) for b in rows for v in b})),
-            param_bytes=problem.param_bytes,
-        )
+        same = ("dim", "theta", "gamma", "num_parts", "lam", "param_bytes")
+        widths = tuple(sorted(set(problem.widths) | {int(v) for b in rows for v in b}))
+        kw = {name: getattr(problem, name) for name in same}
+        singles, _ = make_problem(channels, group_size=1, widths=widths, **kw)
         objective, variance, total = evaluate(singles, rows)
     else:
         rows = [expand_bits(g, b) for g, b in zip(group_of_row, solution.bits, strict=True)]
@@ -363,10 +310,7 @@ def _row_result(problem, group_of_row, solution, channels, fallback) -> tuple[li
         "objective": objective,
         "variance": variance,
         "time": total,
-        "variance_nadir": bounds["variance_nadir"],
-        "variance_utopia": bounds["variance_utopia"],
-        "time_nadir": bounds["time_nadir"],
-        "time_utopia": bounds["time_utopia"],
+        **{k: v for k, v in bounds.items() if k.endswith(("_nadir", "_utopia"))},
         "solve_seconds": solution.solve_seconds,
         "mip_gap": solution.mip_gap,
         "groups": problem.num_groups,
@@ -409,21 +353,13 @@ def assign_bits(
     solver: str = "milp",
     widths: tuple[int, ...] = BITS,
 ) -> tuple[list[np.ndarray], dict]:
-    """Groups, solves and expands one exchange key.
+    """Groups (:func:`group_rows`), solves and expands one exchange key: per channel
+    ``int8[n_c]`` row widths in the channel's row order, and a log dict.
 
-    Args:
-      channels: the key's :class:`Channel` s (or plain ``(sender, receiver, round, beta)``).
-      dim, theta, gamma, num_parts, lam, widths: as in :class:`Problem`.
-      group_size: rows per group (:func:`group_rows`).
-      time_limit, mip_rel_gap, solver: as in :func:`solve`.
-      fallback: kept when the program cannot be solved: one width (``None``: the widest), or per
-        channel ``int[n_c]`` row widths (e.g. the previous assignment).
-
-    Returns:
-      per channel ``int8[n_c]`` row widths in the channel's row order, and a log dict.
-
-    Warns:
-      SolverFallbackWarning: when the fallback is returned.
+    ``channels``: :class:`Channel` s (or plain tuples); the problem's fields as in
+    :class:`Problem`, the solver's as in :func:`solve`, except that ``fallback`` is one width
+    (``None``: the widest) or per channel ``int[n_c]`` row widths (e.g. the previous
+    assignment), kept with a :class:`SolverFallbackWarning` when the program is not solved.
     """
     problem, group_of_row = make_problem(
         channels,
@@ -457,17 +393,9 @@ def solve_channels(
     widths: tuple[int, ...] = BITS,
     param_bytes: int = 8,
 ) -> dict[str, tuple[list[np.ndarray], dict]]:
-    """:func:`assign_bits` for several exchange keys at once, solved in parallel threads.
-
-    Args:
-      specs: ``{key: (channels, dim)}``.
-      fallback: one width, or ``{key: per channel int[n_c] row widths}``.
-      param_bytes: bytes of a row's ``(scale, lo)`` on the wire (8: fp32, 4: bfloat16).
-      others: as in :func:`assign_bits`.
-
-    Returns:
-      ``{key: (per channel int8[n_c] row widths, log dict)}``.
-    """
+    """:func:`assign_bits` for ``specs = {key: (channels, dim)}`` at once, in parallel threads:
+    ``{key: (row widths, log dict)}``. ``fallback`` is one width or per key; ``param_bytes``:
+    bytes of a row's ``(scale, lo)`` on the wire (8: fp32, 4: bfloat16)."""
     built = {
         key: make_problem(
             chans,
