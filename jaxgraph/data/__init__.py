@@ -23,6 +23,7 @@ from jaxgraph.data.files import (
     load_graph_file,
     random_split_if_missing,
     read_graph,
+    register_format,
 )
 from jaxgraph.data.npz import read_npz
 from jaxgraph.data.pyg import from_pyg_npz, save_pyg_npz
@@ -67,6 +68,7 @@ __all__ = [
     "raw_files",
     "read_graph",
     "read_npz",
+    "register_format",
     "rmat",
     "row_normalize",
     "save_pyg_npz",

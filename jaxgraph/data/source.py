@@ -21,7 +21,8 @@ class DataConfig:
         SBM with class-dependent features; ``rmat``); None: the command's default.
       graph: a graph file or directory of your own instead (PyG ``.npz``, an edge list, a SciPy
         ``.npz`` adjacency, an OGB directory; :func:`jaxgraph.data.read_graph`).
-      format: the graph file's format (pyg, edgelist, scipy, ogb; default: from the file).
+      format: the graph file's format (pyg, edgelist, scipy, ogb or a registered one; default:
+        from the file).
       directed: whether the file's edges are directed (needed where the file cannot say).
       features: a feature file beside an edge list (.npy in node-id order, or an id-keyed table).
       labels: a label file beside an edge list (a table of node id and label).

@@ -602,3 +602,162 @@ def test_labels_table_missing_nodes_is_a_note_not_an_error(tmp_path):
         "skipped the header line 1 of labels.tsv: 'id\\tlabel'",
         "set the label of 2 of 3 nodes to -1 (unlabelled): labels.tsv gives them none",
     ]
+
+
+# ---------------------------------------------------------------------- registered formats
+
+DASH_EDGES = [(0, 1), (1, 2), (2, 0), (2, 3)]
+
+
+def _read_dash(path, directed, notes, name):
+    """A format of the test's own: one edge ``a-b`` per line, nodes ``0..N-1``."""
+    from jaxgraph.data.assemble import assemble
+    from jaxgraph.data.text import read_text
+
+    pairs = [token.split("-") for token in read_text(path).split()]
+    try:
+        src, dst = np.array(pairs, np.int64).reshape(-1, 2).T
+    except ValueError as exc:
+        raise GraphFileError(f"{path}: expected one edge 'a-b' per line ({exc})") from exc
+    notes.append(f"read {path.name} as dash pairs")
+    num_nodes = int(max(src.max(), dst.max())) + 1
+    return assemble(path, src, dst, num_nodes, directed, notes, name, None)
+
+
+def _dash_text(edges=DASH_EDGES) -> str:
+    return "".join(f"{a}-{b}\n" for a, b in edges)
+
+
+@pytest.fixture
+def dash():
+    """``dash`` registered for ``.dash`` files; removed again so that other tests see only the
+    built-in formats."""
+    from jaxgraph.data import register_format
+    from jaxgraph.data.files import REGISTERED_FORMATS
+
+    register_format("dash", _read_dash, suffixes=(".dash",))
+    yield "dash"
+    REGISTERED_FORMATS.pop("dash", None)
+    REGISTERED_FORMATS.pop("other", None)  # a test's failed registration must not linger
+
+
+def test_registered_format_reads_through_read_graph(dash, tmp_path):
+    path = tmp_path / "toy.txt"  # an edge-list suffix: the format given wins
+    path.write_text(_dash_text())
+    g, notes = read_graph(path, format="dash", directed=False)
+    assert edge_set(g) == both_ways(DASH_EDGES)
+    assert g.name == "toy" and g.num_nodes == 4
+    assert notes[0] == "read toy.txt as dash pairs"
+    assert notes[1].startswith("added the reverse of")
+    g, notes = read_graph(path, format="dash", directed=True, name="mine")
+    assert edge_set(g) == set(DASH_EDGES) and g.name == "mine"
+    with pytest.raises(GraphFileError, match="some edges have no reverse"):
+        read_graph(path, format="dash")  # directed=None on a directed file: the reader refuses
+    bad = tmp_path / "bad.dash"
+    bad.write_text("0-1\n1-x\n")
+    with pytest.raises(GraphFileError, match=re.escape(f"{bad}: expected one edge 'a-b'")):
+        read_graph(bad, directed=True)
+
+
+def test_registered_format_is_detected_by_suffix(dash, tmp_path):
+    for name in ("toy.dash", "TOY.Dash", "toy.dash.gz"):
+        path = tmp_path / name
+        if name.endswith(".gz"):
+            write_gz(path, _dash_text())
+        else:
+            path.write_text(_dash_text())
+        assert detect_format(path) == "dash"
+        g, notes = read_graph(path, directed=False)
+        assert edge_set(g) == both_ways(DASH_EDGES) and g.name == name.split(".")[0]
+        assert notes[0] == f"read {name} as dash pairs"
+    other = tmp_path / "toy.dasher"
+    other.write_text(_dash_text())
+    with pytest.raises(GraphFileError, match="unsupported file type '.dasher'"):
+        detect_format(other)
+
+
+def test_errors_list_registered_formats(dash, tmp_path):
+    path = tmp_path / "toy.json"
+    path.write_text("{}")
+    with pytest.raises(GraphFileError) as info:
+        read_graph(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: unsupported file type '.json'; supported: .npz")
+    assert message.endswith("; registered formats: dash (.dash, optionally .gz)")
+    with pytest.raises(GraphFileError) as info:
+        read_graph(path, format="graphml")
+    assert str(info.value) == (
+        f"{path}: unknown format 'graphml'; expected one of pyg, edgelist, scipy, ogb, dash"
+    )
+    assert GRAPH_FORMATS == ("pyg", "edgelist", "scipy", "ogb")  # the built-ins only
+
+
+def test_registered_format_refuses_taken_names_and_suffixes(dash):
+    from jaxgraph.data import register_format
+    from jaxgraph.data.files import REGISTERED_FORMATS
+
+    with pytest.raises(ValueError, match="graph format 'dash' is already registered"):
+        register_format("dash", _read_dash)
+    with pytest.raises(ValueError, match="graph format 'pyg' is built in"):
+        register_format("pyg", _read_dash)
+    with pytest.raises(ValueError, match=r"suffix '\.DASH' is already claimed \(format 'dash'\)"):
+        register_format("other", _read_dash, suffixes=(".DASH",))
+    with pytest.raises(ValueError, match=r"suffix '\.npz' is already claimed \(built in\)"):
+        register_format("other", _read_dash, suffixes=(".npz",))
+    with pytest.raises(ValueError, match=r"suffix '\.tsv' is already claimed \(built in\)"):
+        register_format("other", _read_dash, suffixes=(".ok", ".tsv"))
+    for bad in (".gz", "dash2", ".tar.gz", ".", ""):
+        with pytest.raises(ValueError, match="a suffix is a dot and a word"):
+            register_format("other", _read_dash, suffixes=(bad,))
+    with pytest.raises(ValueError, match="must be a non-empty word"):
+        register_format("two words", _read_dash)
+    with pytest.raises(TypeError, match="not callable"):
+        register_format("other", "read_dash")
+    assert list(REGISTERED_FORMATS) == ["dash"]  # a refused registration adds nothing
+
+
+def test_registered_format_reader_must_return_a_graph(dash, tmp_path):
+    from jaxgraph.data import register_format
+
+    register_format("other", lambda path, directed, notes, name: (None, notes))
+    path = tmp_path / "toy.txt"
+    path.write_text(_dash_text())
+    with pytest.raises(TypeError, match="reader of graph format 'other' returned a tuple"):
+        read_graph(path, format="other")
+
+
+def test_registered_format_trains_from_the_command_line(dash, tmp_path, capsys):
+    import json
+
+    from jaxgraph.cli import job_from_args, main
+    from jaxgraph.data import load_graph
+
+    rng = np.random.default_rng(0)
+    n = 24
+    ring = [(i, (i + 1) % n) for i in range(n)] + [(i, (i + 5) % n) for i in range(0, n, 3)]
+    path = tmp_path / "ring.dash"
+    path.write_text(_dash_text(ring))
+    np.save(tmp_path / "x.npy", rng.normal(size=(n, 4)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.arange(n) % 2)
+    data = ["--undirected", "--features", str(tmp_path / "x.npy")]
+    data += ["--labels", str(tmp_path / "y.npy")]
+    argv = ["train", "--graph", str(path), *data, "--parts", "2", "--epochs", "1"]
+    argv += ["--hidden", "8", "--no-progress", "--workdir", str(tmp_path / "run")]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dataset"] == "ring" and summary["num_nodes"] == n
+    assert summary["num_edges"] == 2 * len(ring) and np.isfinite(summary["final_loss"])
+    # --format and a config file's data.format name it for a file of another suffix.
+    other = tmp_path / "ring.edges"
+    other.write_text(_dash_text(ring))
+    job = job_from_args(["train", "--graph", str(other), "--format", "dash", *data])
+    assert load_graph(job.data, split=True).num_edges == 2 * len(ring)
+    config = tmp_path / "run.toml"
+    config.write_text(f'[data]\ngraph = "{other}"\nformat = "dash"\ndirected = false\n')
+    job = job_from_args(["train", "--config", str(config)])
+    assert job.data.format == "dash"
+    assert load_graph(job.data).num_edges == 2 * len(ring)
+    assert main(["train", "--graph", str(other), "--format", "nope", *data]) == 2
+    assert "unknown format 'nope'; expected one of pyg, edgelist, scipy, ogb, dash" in (
+        capsys.readouterr().err
+    )
