@@ -1,9 +1,8 @@
 """Atomic file writes: a reader sees the old file or the new one, never a partial one.
 
-Every writer of the library (checkpoints, corpora, embeddings, metrics, dataset caches) goes
-through :func:`atomic_write`: the content is written to a temporary file in the target's
-directory, flushed and fsynced, renamed over the target (``os.replace``, atomic on POSIX), and
-the directory is fsynced so the rename itself survives a crash.
+:func:`atomic_write` writes a temporary file in the target's directory, fsyncs it, renames it
+over the target (``os.replace``, atomic on POSIX) and fsyncs the directory, so that the rename
+itself survives a crash. Every writer of the library goes through it.
 """
 
 from __future__ import annotations

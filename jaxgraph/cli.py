@@ -3,16 +3,13 @@
 ``train`` reads a :class:`~jaxgraph.train.TrainConfig`, ``embed`` an
 :class:`~jaxgraph.embed.EmbedJob` and ``partition`` a
 :class:`~jaxgraph.partition.job.PartitionJob`: every field is an option
-(:mod:`jaxgraph.options`), a ``--config`` file gives the values the options start from, and
-the library does the work. Only the process-level options (:data:`PROCESS_OPTIONS`) are
-not fields.
+(:mod:`jaxgraph.options`) and a ``--config`` file gives the values the options start from.
+Only the process-level options (:data:`PROCESS_OPTIONS`) are not fields.
 
-On a CPU the command emulates ``--cpu-devices`` devices (default 8; for ``embed``, its
-``--parts``, since XLA's CPU runtime is slower when the host is split into more devices than a
-run uses), set before JAX starts, never at library import. ``train`` and ``embed`` also run
-as one process per host: the coordinator comes from the options, the environment or a
-multi-task SLURM / Open MPI launch (:mod:`jaxgraph.distributed`), and only process 0 prints
-the summary.
+On a CPU the command emulates ``--cpu-devices`` devices (default 8; for ``embed`` its
+``--parts``: XLA's CPU runtime is slower split into more devices than a run uses), set before
+JAX starts. ``train`` and ``embed`` also run as one process per host
+(:mod:`jaxgraph.distributed`); only process 0 prints the summary.
 """
 
 from __future__ import annotations
@@ -25,20 +22,14 @@ import os
 import sys
 from pathlib import Path
 
+from jaxgraph.configfile import read_config_file
 from jaxgraph.data.source import DataConfig
 from jaxgraph.options import Choice, Options, attribute_help
 
 # The options that are not fields of a config: the process and where its values start from.
-PROCESS_OPTIONS = (
-    "--help",
-    "--cpu-devices",
-    "--config",
-    "--preset",
-    "--coordinator",
-    "--num-processes",
-    "--process-id",
-    "--init-timeout",
-    "--heartbeat-timeout",
+PROCESS_OPTIONS = tuple(
+    "--help --cpu-devices --config --preset --coordinator --num-processes --process-id "
+    "--init-timeout --heartbeat-timeout".split()
 )
 
 
@@ -80,7 +71,6 @@ def _sync_choice() -> Choice:
 
 
 def _options(command: str) -> Options:
-    """The generated options of ``command``."""
     if command == "train":
         from jaxgraph.train import TrainConfig
 
@@ -159,14 +149,9 @@ def _cpu_devices(args) -> int:
     if args.command != "embed":
         return 8
     parts = getattr(args, "--parts", None)
-    if parts is None and args.config is not None:
-        from jaxgraph.configfile import read_config_file
-
-        try:
-            parts = read_config_file(args.config).get("parts", 1)
-        except ValueError:
-            parts = 1
     try:
+        if parts is None and args.config is not None:
+            parts = read_config_file(args.config).get("parts", 1)
         return max(int(parts or 1), 1)
     except (TypeError, ValueError):
         return 1
@@ -191,8 +176,7 @@ def job_from_args(argv: list[str]):
 
 
 def _job(args):
-    """The config of ``args.command``: the config file's or the preset's values, with every
-    option given in place of its own. Checked whole before any data is read."""
+    """The config of ``args.command`` (the file's or preset's, with the options given), checked."""
     if args.command == "train":
         from jaxgraph.train import TrainConfig, load_config
 
@@ -217,22 +201,8 @@ def _job(args):
     return job
 
 
-def _start_distributed(args) -> str:
-    """Joins a multi-process run if one is configured; returns a label for messages."""
-    from jaxgraph.distributed import DistributedConfig, initialize
-
-    fields = dataclasses.fields(DistributedConfig)
-    config = DistributedConfig.from_env(**{f.name: getattr(args, f.name) for f in fields})
-    if not initialize(config):
-        return ""
-    import jax
-
-    return f" (process {jax.process_index()}/{jax.process_count()})"
-
-
 def _log_notes() -> None:
-    """What the library notes while reading inputs (a split made, self-loops removed) goes
-    to stderr."""
+    """The library's notes on its inputs (a split made, self-loops removed) go to stderr."""
     log = logging.getLogger("jaxgraph")
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -259,9 +229,13 @@ def main(argv: list[str] | None = None) -> int:
 
             run_partition(job)
             return 0
-        where = _start_distributed(args)  # before any other JAX call
-        from jaxgraph.distributed import is_primary
+        from jaxgraph.distributed import DistributedConfig, initialize, is_primary
 
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(DistributedConfig)}
+        if initialize(DistributedConfig.from_env(**given)):  # before any other JAX call
+            import jax
+
+            where = f" (process {jax.process_index()}/{jax.process_count()})"
         if args.command == "embed":
             from jaxgraph.embed.job import run_job
 

@@ -1,10 +1,9 @@
 """Config files: a ``.toml`` or ``.json`` table read into frozen config dataclasses, and the
 checks of their fields (:func:`check_int`, :func:`check`), whose errors name the field.
 
-Training (:func:`jaxgraph.train.load_config`) and embedding
-(:func:`jaxgraph.embed.load_embed_config`) read their files through these two functions, so both
-report a bad file the same way: the file, then the dotted key (``config.model.hidden``,
-``sgns.lr``) and what is wrong with it.
+Training and embedding read their files through these functions, so both report a bad file
+the same way: the file, then the dotted key (``config.model.hidden``, ``sgns.lr``) and what is
+wrong with it.
 """
 
 from __future__ import annotations
@@ -19,12 +18,8 @@ from typing import Any
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The table of a ``.json`` or ``.toml`` file.
-
-    Raises:
-      ValueError: the file cannot be read, has another suffix, or is malformed (the message
-        names the file).
-    """
+    """The table of a ``.json`` or ``.toml`` file (a ValueError naming the file where it cannot
+    be read, has another suffix or is malformed)."""
     path = Path(path)
     try:
         text = path.read_bytes()
@@ -42,6 +37,16 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise ValueError(f"config file {path} must hold a table/object, got {type(d).__name__}")
     return d
+
+
+def load_config_file(path: str | Path, build: Callable[[dict[str, Any]], Any]):
+    """``build`` of the table of ``path`` (:func:`read_config_file`); its ValueError names the
+    file."""
+    d = read_config_file(path)
+    try:
+        return build(d)
+    except ValueError as e:
+        raise ValueError(f"config file {path}: {e}") from e
 
 
 def from_dict(
@@ -86,12 +91,8 @@ def from_dict(
 def check_int(name: str, value, low: int, high: float = math.inf, what: str = "") -> None:
     """``value`` is an integer in ``[low, high]``, or an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        top = "" if high == math.inf else f", {high}"
-        raise ValueError(
-            f"{name} must be an integer in [{low}{top}]{what}, got {value!r}"
-            if top
-            else f"{name} must be an integer >= {low}{what}, got {value!r}"
-        )
+        span = f">= {low}" if high == math.inf else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an integer {span}{what}, got {value!r}")
 
 
 def check(where: str, ok: bool, value, allowed: str) -> None:

@@ -1,10 +1,8 @@
 """Starting JAX's multi-controller runtime: one process per host, one mesh over all devices.
 
-A multi-process run starts the same command once per host (or, to emulate hosts on one machine,
-once per process: ``experiments/launch_local.py``). Before any other JAX call, each process
-connects to the coordination service of process 0 (``jax.distributed.initialize``); from then on
-``jax.devices()`` lists every process's devices, the mesh spans them all, and each process runs
-the same programs on its own devices. Where the settings come from, first match wins:
+A multi-process run starts the same command once per host (or per process on one machine:
+``experiments/launch_local.py``); before any other JAX call each process connects to process
+0's coordination service (``jax.distributed.initialize``). Settings, the first match wins:
 
 1. explicit settings (``jaxgraph --coordinator --num-processes --process-id``), each falling
    back to the environment variable of :data:`ENV`;
@@ -12,9 +10,8 @@ the same programs on its own devices. Where the settings come from, first match 
    (``mpirun``, ``OMPI_COMM_WORLD_SIZE > 1``): JAX's own cluster detection supplies them;
 3. otherwise, or with ``--num-processes 1``, the run is single-process and nothing is started.
 
-Explicit settings are checked in Python before JAX is called (:func:`check_coordinator`), because
-JAX's coordination service answers an unreachable or unbindable coordinator by aborting the
-process from C++ (``DEADLINE_EXCEEDED ... RegisterTask``) after its whole timeout.
+Explicit settings are checked in Python first (:func:`check_coordinator`): JAX answers an
+unreachable or unbindable coordinator by aborting the process from C++ after its whole timeout.
 """
 
 from __future__ import annotations
@@ -65,11 +62,7 @@ class DistributedConfig:
         cls, environ: Mapping[str, str] | None = None, **given: str | int | None
     ) -> DistributedConfig:
         """Settings ``given`` (``None`` = not given), each falling back to its :data:`ENV`
-        variable, then to the default.
-
-        Raises:
-          ValueError: if a numeric setting is not an integer (names the variable).
-        """
+        variable, then to the default; a numeric one not an integer is a ValueError naming it."""
         environ = os.environ if environ is None else environ
         values = {}
         for field in dataclasses.fields(cls):
@@ -94,11 +87,8 @@ class DistributedConfig:
 
 
 def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
-    """The multi-process launcher that started this process, if it started more than one.
-
-    ``SLURM`` (``srun`` with several tasks) or ``Open MPI`` (``mpirun -np`` > 1); ``None`` for a
-    single task, so that a one-task job or an interactive allocation runs single-process.
-    """
+    """The launcher that started this process among several: ``SLURM`` (``srun`` with several
+    tasks) or ``Open MPI`` (``mpirun -np`` > 1); ``None`` for a single task."""
     environ = os.environ if environ is None else environ
 
     def count(name: str) -> int:
@@ -108,10 +98,8 @@ def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
             return 1
 
     slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_PROCID", "SLURM_LOCALID")
-    if (
-        all(v in environ for v in slurm)
-        and min(count("SLURM_NTASKS"), count("SLURM_STEP_NUM_TASKS")) > 1
-    ):
+    tasks = min(count("SLURM_NTASKS"), count("SLURM_STEP_NUM_TASKS"))
+    if all(v in environ for v in slurm) and tasks > 1:
         return "SLURM"
     if count("OMPI_COMM_WORLD_SIZE") > 1:
         return "Open MPI"
@@ -137,12 +125,8 @@ def _check_ranges(config: DistributedConfig) -> None:
 
 
 def parse_coordinator(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6-address]:port`` too) as ``(host, port)``.
-
-    Raises:
-      ValueError: naming --coordinator and ``address`` if it is not ``host:port`` with a port
-        in 1..65535.
-    """
+    """``host:port`` (``[v6-address]:port`` too) as ``(host, port)``; a ValueError names
+    --coordinator and ``address`` unless it is ``host:port`` with a port in 1..65535."""
     host, _, port = address.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -173,14 +157,19 @@ def _resolve(address: str, host: str, port: int) -> list[tuple[int, tuple]]:
     return endpoints
 
 
-def _bind_error(family: int, sockaddr: tuple) -> OSError | None:
-    """Why a TCP socket cannot bind ``sockaddr`` (``None``: it can); the socket is closed at
-    once. SO_REUSEADDR as gRPC sets it, so that a port whose last connections linger in
-    TIME_WAIT counts as free, as it is for the coordination service."""
+def _socket_error(family: int, sockaddr: tuple, connect: float | None = None) -> OSError | None:
+    """Why a TCP socket cannot bind ``sockaddr`` or, given ``connect`` seconds, connect to it
+    (``None``: it can); the socket is closed at once. Binding sets SO_REUSEADDR as gRPC does, so
+    that a port whose last connections linger in TIME_WAIT counts as free; a connection closed
+    before sending anything is harmless to a gRPC server."""
     try:
         with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(sockaddr)
+            if connect is None:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(sockaddr)
+            else:
+                s.settimeout(connect)
+                s.connect(sockaddr)
     except OSError as e:
         return e
     return None
@@ -189,22 +178,10 @@ def _bind_error(family: int, sockaddr: tuple) -> OSError | None:
 def _all_interfaces_error(port: int) -> OSError | None:
     """Why ``port`` cannot be bound on all interfaces, where JAX's coordination service
     listens (``[::]:port``, or ``0.0.0.0:port`` without IPv6)."""
-    error = _bind_error(socket.AF_INET6, ("::", port))
+    error = _socket_error(socket.AF_INET6, ("::", port))
     if error is not None and error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
-        error = _bind_error(socket.AF_INET, ("0.0.0.0", port))
+        error = _socket_error(socket.AF_INET, ("0.0.0.0", port))
     return error
-
-
-def _connect_error(family: int, sockaddr: tuple, timeout: float) -> OSError | None:
-    """Why a TCP connection to ``sockaddr`` fails (``None``: it opened, and is closed at once:
-    a connection closed before sending anything is harmless to a gRPC server)."""
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(sockaddr)
-    except OSError as e:
-        return e
-    return None
 
 
 def check_coordinator(
@@ -214,8 +191,7 @@ def check_coordinator(
 
     Process 0 runs the coordination service: the host must be an address of this machine and
     the port free, also on all interfaces, where JAX binds it. Every other process connects to
-    it, retrying every ``interval`` seconds for up to ``timeout`` seconds, since process 0 may
-    start later.
+    it, retrying every ``interval`` seconds for up to ``timeout`` seconds.
 
     Raises:
       ValueError: if ``address`` is not ``host:port`` or its host does not resolve.
@@ -225,7 +201,7 @@ def check_coordinator(
     endpoints = _resolve(address, host, port)
     where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     if process_id == 0:
-        errors = [_bind_error(family, sockaddr) for family, sockaddr in endpoints]
+        errors = [_socket_error(family, sockaddr) for family, sockaddr in endpoints]
         error = None if None in errors else errors[0]
         if error is None:
             error = _all_interfaces_error(port)
@@ -246,7 +222,7 @@ def check_coordinator(
     while True:
         for family, sockaddr in endpoints:
             left = deadline - time.monotonic()
-            error = _connect_error(family, sockaddr, max(min(left, interval), 0.05))
+            error = _socket_error(family, sockaddr, max(min(left, interval), 0.05))
             if error is None:
                 return
         left = deadline - time.monotonic()
@@ -259,19 +235,16 @@ def check_coordinator(
 
 
 def initialize(config: DistributedConfig, environ: Mapping[str, str] | None = None) -> bool:
-    """Joins the multi-process run that ``config`` or the launcher describes, if any.
-
-    Must run before any other JAX call (the first one creates the backends). On CPU the
-    cross-process collectives use Gloo. Returns whether a multi-process runtime was started.
-    With explicit settings the coordinator is checked first (:func:`check_coordinator`), and
-    the time that took counts against ``config.init_timeout``.
+    """Joins the multi-process run that ``config`` or the launcher describes, if any; returns
+    whether a multi-process runtime was started. Must run before any other JAX call; on CPU the
+    collectives use Gloo. Explicit settings are checked first (:func:`check_coordinator`), the
+    time that takes counting against ``config.init_timeout``.
 
     Raises:
-      ValueError: for incomplete, out-of-range or inconsistent settings, or a coordinator
-        address that is not ``host:port`` or does not resolve.
-      RuntimeError: if process 0 cannot bind the coordinator address, another process cannot
-        reach it within ``config.init_timeout``, or the processes do not all connect within
-        it (raised by JAX).
+      ValueError: for incomplete, out-of-range or inconsistent settings, or a bad coordinator
+        address.
+      RuntimeError: if process 0 cannot bind the coordinator address, or the processes do not
+        all reach it and connect within ``config.init_timeout``.
     """
     _check_ranges(config)
     if config.num_processes == 1:
@@ -312,15 +285,9 @@ def is_primary() -> bool:
 
 
 def check_same_on_all_processes(what: str, *arrays: np.ndarray) -> None:
-    """Raises unless every process holds the same ``arrays`` (compared by digest).
-
-    Host planning (partition, halo plan) must be identical on every process; this turns a
-    silent divergence into an error on every process at once. A no-op single-process; a
-    collective otherwise.
-
-    Raises:
-      RuntimeError: naming the processes whose value differs from process 0's.
-    """
+    """Raises RuntimeError, naming the processes whose ``arrays`` differ from process 0's
+    (compared by digest), so that host planning that diverges fails on every process at once.
+    A collective; a no-op single-process."""
     if jax.process_count() == 1:
         return
     from jax.experimental import multihost_utils

@@ -2,13 +2,12 @@
 
 A :class:`Graph` lives on the host (NumPy). Edges are *directed* ``src -> dst`` and are stored
 as a CSR matrix indexed by destination: ``indices[indptr[v]:indptr[v + 1]]`` are the sources of
-the in-edges of ``v``, sorted ascending, without duplicates. Message passing therefore reads
-``h'_v = sum_{u in in(v)} c_uv * h_u``, which is a CSR row-times-matrix product.
+the in-edges of ``v``, sorted ascending, without duplicates, so that message passing
+``h'_v = sum_{u in in(v)} c_uv * h_u`` is a CSR row-times-matrix product.
 
-Node ids are global ``int`` ids in ``[0, num_nodes)``. Partitioned views (local ids, halo ids)
-live in :mod:`jaxgraph.partition`. A graph read from a user's file also carries the user's id of
-every node (:attr:`Graph.node_ids`, :attr:`Graph.ids`) so that results can be written back keyed
-by them; no computation uses it.
+Node ids are global ``int`` ids in ``[0, num_nodes)`` (partitioned views:
+:mod:`jaxgraph.partition`). A graph read from a user's file also carries the user's id of every
+node (:attr:`Graph.node_ids`), so that results can be written back keyed by them.
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ class Graph:
       name: a short name used in reports and caches.
       node_ids: ``int64[N]`` or ``str[N]`` (any integer or unicode dtype) the user's id of each
         node, all distinct: node ``v`` is ``node_ids[v]`` in the file it was read from. ``None``
-        (the default) means the ids are ``0..N-1``; read them through :attr:`ids`. Only readers
-        and writers use it; it does not take part in any computation, and a graph rebuilt from
-        another one (a subgraph, a partition) does not inherit it.
+        means ``0..N-1`` (:attr:`ids`); no computation uses it, and a graph rebuilt from another
+        one (a subgraph, a partition) does not inherit it.
 
     Shapes:
       ``N = num_nodes``, ``E = num_edges`` (directed edges; an undirected edge counts twice).
@@ -58,8 +56,6 @@ class Graph:
     def __post_init__(self):
         _validate(self)
 
-    # ------------------------------------------------------------------ construction
-
     @classmethod
     def from_edges(
         cls,
@@ -77,19 +73,15 @@ class Graph:
         name: str = "graph",
         node_ids=None,
     ) -> Graph:
-        """Builds a graph from directed edges ``src[i] -> dst[i]``.
+        """Builds a graph from directed edges ``src[i] -> dst[i]``, duplicates merged.
 
-        Duplicate edges are merged into one. ``symmetrize`` must be given explicitly: ``True``
-        adds the reverse of every edge (an undirected graph), ``False`` keeps the direction.
-        ``self_loops="remove"`` drops ``v -> v`` edges from the input (normalisations add their
-        own self-loops); ``"keep"`` keeps them as ordinary edges. ``node_ids`` are the user's
-        ids of the nodes (see the class docstring); the other keywords fill the fields of the
-        same name.
+        ``symmetrize`` (no default): ``True`` adds the reverse of every edge (an undirected
+        graph). ``self_loops="remove"`` drops ``v -> v`` edges (normalisations add their own
+        self-loops); ``"keep"`` keeps them as ordinary edges. The other keywords fill the fields
+        of the same name; missing features are ``F = 0``, labels ``-1``, masks all ``False``.
 
         Raises:
-          ValueError: on negative or out-of-range node ids, mismatched array lengths, an empty
-            graph, an unknown ``self_loops`` option, or ``node_ids`` that are not ``N`` distinct
-            integers or strings.
+          ValueError: on invalid node ids, mismatched lengths, an empty graph or bad fields.
         """
         if self_loops not in ("remove", "keep"):
             raise ValueError(f"self_loops must be 'remove' or 'keep', got {self_loops!r}")
@@ -110,11 +102,11 @@ class Graph:
         return cls(
             indptr=indptr,
             indices=indices,
-            features=_default(features, lambda: np.zeros((num_nodes, 0), np.float32)),
-            labels=_default(labels, lambda: np.full(num_nodes, -1, np.int32)),
-            train_mask=_default(train_mask, lambda: np.zeros(num_nodes, bool)),
-            val_mask=_default(val_mask, lambda: np.zeros(num_nodes, bool)),
-            test_mask=_default(test_mask, lambda: np.zeros(num_nodes, bool)),
+            features=np.zeros((num_nodes, 0), np.float32) if features is None else features,
+            labels=np.full(num_nodes, -1, np.int32) if labels is None else labels,
+            train_mask=np.zeros(num_nodes, bool) if train_mask is None else train_mask,
+            val_mask=np.zeros(num_nodes, bool) if val_mask is None else val_mask,
+            test_mask=np.zeros(num_nodes, bool) if test_mask is None else test_mask,
             name=name,
             node_ids=node_ids,
         )
@@ -122,8 +114,6 @@ class Graph:
     def replace(self, **changes) -> Graph:
         """Returns a copy with the given fields replaced (validated again)."""
         return dataclasses.replace(self, **changes)
-
-    # ------------------------------------------------------------------ structure
 
     @property
     def num_nodes(self) -> int:
@@ -181,14 +171,9 @@ class Graph:
         src, dst = self.edges()
         return bool(np.any(src == dst))
 
-    # ------------------------------------------------------------------ normalisation
-
     def gcn_norm(self) -> tuple[np.ndarray, np.ndarray]:
-        """GCN symmetric normalisation with one added self-loop per node.
-
-        ``Â = D_in^{-1/2} (A + I) D_out^{-1/2}`` with degrees of ``A + I`` (Kipf & Welling 2017;
-        for a directed graph the source side uses the out-degree, the destination side the
-        in-degree). The added self-loop is kept apart from the edges.
+        """GCN symmetric normalisation ``Â = D_in^{-1/2} (A + I) D_out^{-1/2}`` with degrees of
+        ``A + I`` (Kipf & Welling 2017; out-degrees on the source side), the self-loop apart.
 
         Returns:
           ``(edge_weight f32[E], self_weight f32[N])`` aligned with :meth:`edges`:
@@ -202,10 +187,8 @@ class Graph:
         return edge_w.astype(np.float32), self_w.astype(np.float32)
 
     def mean_norm(self) -> np.ndarray:
-        """Mean-aggregation (GraphSAGE) coefficients ``1 / in_degree(dst)`` per edge, ``f32[E]``.
-
-        Nodes without in-edges aggregate to zero.
-        """
+        """Mean-aggregation (GraphSAGE) coefficients ``1 / in_degree(dst)`` per edge, ``f32[E]``
+        (nodes without in-edges aggregate to zero)."""
         deg = np.maximum(self.in_degree(), 1).astype(np.float64)
         _, dst = self.edges()
         return (1.0 / deg[dst]).astype(np.float32)
@@ -232,13 +215,6 @@ class Graph:
             f"multi_label={self.multi_label}, train/val/test={int(self.train_mask.sum())}/"
             f"{int(self.val_mask.sum())}/{int(self.test_mask.sum())})"
         )
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _default(value, make):
-    return make() if value is None else value
 
 
 def _check_num_nodes(num_nodes) -> int:
@@ -278,11 +254,8 @@ def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:
 def _csr_from_edges(
     src: np.ndarray, dst: np.ndarray, n: int, *, symmetrize: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, duplicate-free CSR over destinations from ``int64`` keys ``dst * n + src``.
-
-    Built with an in-place sort rather than ``np.unique`` (hash based in NumPy 2.4 and far
-    slower on tens of millions of keys); peak extra memory is about 16 bytes per edge.
-    """
+    """Sorted, duplicate-free CSR over destinations from ``int64`` keys ``dst * n + src``,
+    by an in-place sort (``np.unique`` is far slower on tens of millions of keys)."""
     if n > 3_037_000_499:  # n * n must fit in int64
         raise ValueError(f"num_nodes = {n} is too large for int64 edge keys")
     m = src.shape[0]

@@ -1,23 +1,16 @@
 """Building the device mesh that the distributed programs run on, and moving arrays onto it.
 
-Multi-process (multi-controller) runs: the mesh spans every process's devices
-(``jax.devices()`` is global); :func:`place` materialises only this process's shards of a host
-array that every process holds, and :func:`to_host` brings a whole array back to every process.
+In a multi-process run the mesh spans every process's devices; :func:`place` materialises only
+this process's shards of a host array every process holds, :func:`to_host` brings a whole array
+back to every process. Inside ``shard_map`` :func:`varying_axes` reads the mesh axes a value
+varies over and :func:`to_varying` widens them (a ``pcast``), as custom VJPs need.
 
-Inside ``shard_map`` every value is typed by the mesh axes it varies over; :func:`varying_axes`
-reads that type and :func:`to_varying` widens it (a ``pcast``), as custom VJPs need.
-
-**Programs in flight on a CPU mesh.** On the XLA CPU runtime every device of a multi-device
-mesh is a thread of one host, and a collective waits in a rendezvous for all of them; a
-participant that does not arrive within the runtime's termination timeout (40 s in this JAX
-build) aborts the process ("Expected 8 threads to join the rendezvous, but only 7 of them
-arrived on time"; the timeout became configurable upstream later, jax-ml/jax#31818 and
-openxla/xla#32115). When a few dozen programs with collectives are queued without waiting (a
-plain Python loop over a jitted ``shard_map`` step: about 50 at 8 devices on 2 cores, fewer
-at 2-4), the device threads interleave the queued programs and starve a rendezvous past that
-timeout. A :class:`Bounded` program therefore waits for each call's result on such a mesh,
-which keeps one program in flight; on GPU and TPU meshes, and on one device, it is the program
-itself (no wait, no cost).
+**Programs in flight on a CPU mesh.** On the XLA CPU runtime the devices of a mesh are threads
+of one host, and a collective that waits past the runtime's rendezvous timeout aborts the
+process ("Expected 8 threads to join the rendezvous, but only 7 of them arrived on time"). A
+few dozen programs with collectives queued without waiting starve a rendezvous that long, so a
+:class:`Bounded` program waits for each call's result on such a mesh; on GPU and TPU meshes,
+and on one device, it is the program itself.
 """
 
 from __future__ import annotations
@@ -40,19 +33,13 @@ EMULATION_HINT = (
 def make_mesh(
     num_parts: int, axis_name: str = DEFAULT_AXIS, devices: Sequence[jax.Device] | None = None
 ) -> Mesh:
-    """A one-dimensional mesh of ``num_parts`` devices along ``axis_name``.
-
-    Args:
-      num_parts: number of graph parts; one device per part.
-      axis_name: name of the mesh axis that the programs' collectives use.
-      devices: devices to use (default: the first ``num_parts`` of ``jax.devices()``; in a
-        multi-process run, the first ``num_parts / process_count`` devices of every process,
-        so that every process takes part in every program).
+    """A one-dimensional mesh of ``num_parts`` of ``devices`` along ``axis_name`` (default: the
+    first of ``jax.devices()``; multi-process, the first ``num_parts / process_count`` devices
+    of every process, so that every process takes part in every program).
 
     Raises:
-      ValueError: if ``num_parts`` is not positive, exceeds the available devices (the message
-        says how to emulate more devices on a CPU) or, in a multi-process run, is not a
-        multiple of the process count.
+      ValueError: if ``num_parts`` is not positive, exceeds the devices (the message says how
+        to emulate more on a CPU) or, multi-process, is not a multiple of the process count.
     """
     if num_parts < 1:
         raise ValueError(f"the number of parts must be at least 1, got {num_parts}")
@@ -89,23 +76,15 @@ def _per_process_devices(num_parts: int) -> list[jax.Device]:
 
 
 def place(value, sharding: jax.sharding.Sharding) -> jax.Array:
-    """A host array, identical on every process, laid out on devices as ``sharding``.
-
-    Each process materialises only its addressable shards (``jax.make_array_from_callback``),
-    so a multi-process run never copies a shard to, or through, a host that does not own it.
-    """
+    """A host array, identical on every process, laid out on devices as ``sharding``; each
+    process materialises only its addressable shards (``jax.make_array_from_callback``)."""
     value = np.asarray(value)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
 def to_host(x: jax.Array) -> np.ndarray:
-    """The whole value of ``x`` as a NumPy array, on every process.
-
-    An array sharded over several processes is all-gathered
-    (``multihost_utils.process_allgather``): a collective, so every process must call this for
-    the same arrays in the same order. Fully replicated or fully addressable arrays are read
-    locally.
-    """
+    """The whole value of ``x`` as a NumPy array, on every process (all-gathered where it is
+    sharded over several: then every process must call this for the same arrays in order)."""
     if x.is_fully_addressable or x.is_fully_replicated:
         return np.asarray(jax.device_get(x))
     from jax.experimental import multihost_utils
@@ -114,11 +93,7 @@ def to_host(x: jax.Array) -> np.ndarray:
 
 
 def shard_leading(mesh: Mesh, tree, axis_name: str | None = None):
-    """Places every array of ``tree`` on ``mesh``, split along its leading axis.
-
-    Shapes:
-      each leaf ``[P, ...] -> global [P, ...]`` with ``[1, ...]`` on each device.
-    """
+    """Places every array ``[P, ...]`` of ``tree`` on ``mesh``, ``[1, ...]`` on each device."""
     axis_name = axis_name or mesh.axis_names[0]
     sharding = NamedSharding(mesh, PartitionSpec(axis_name))
     return jax.tree.map(lambda a: place(a, sharding), tree)
@@ -152,15 +127,9 @@ def bounds_in_flight(mesh: Mesh) -> bool:
 
 
 class Bounded:
-    """A jitted program that, on a mesh where :func:`bounds_in_flight` holds, blocks until each
-    call's outputs are ready; elsewhere a call returns as soon as the work is queued.
-
-    Everything else (``lower``, ``trace``, ``eval_shape``) is the wrapped program's.
-
-    Args:
-      program: a jitted function (typically of a ``shard_map``).
-      mesh: the mesh it runs on.
-    """
+    """A jitted ``program`` that, on a ``mesh`` where :func:`bounds_in_flight` holds, blocks
+    until each call's outputs are ready; everything else (``lower``, ``eval_shape``) is the
+    program's."""
 
     def __init__(self, program: Callable, mesh: Mesh):
         self.program = program

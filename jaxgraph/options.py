@@ -2,23 +2,20 @@
 
 Every field of a frozen config dataclass is an option: its flag is the field's name
 (``walk_length`` -> ``--walk-length``) unless :func:`flag` renames it, its type decides how
-the text is read (``int``, ``float``, ``str``, ``Literal`` choices, ``X | None`` with
-``none``, ``tuple[int, ...]``, booleans as switches), and its help is the field's entry in
-the ``Attributes:`` section of its class docstring. Nested configs flatten into the same
-namespace; a field whose value is one of several types (a :class:`Choice`: the method of a
-training run, the replica sync of an embedding run) gets a selector option and the options of
-every member type, each applying only when its type is chosen. Fields of different sections
-that share a name share one option, which sets every one of them the config has.
-
-A value out of range is refused by the config's own validation; the message is rewritten to
-name the option (``--lr (optim.learning_rate) must be ...``). An option that sets no field of
-the chosen configuration (``--score`` with ``--method vanilla``) is an error naming the
-choices that take it.
+the text is read (``Literal`` choices, ``X | None`` with ``none``, ``tuple[int, ...]``,
+booleans as switches), and its help is the first sentence of its entry in the ``Attributes:``
+section of its class docstring. Nested configs flatten into one namespace, where fields of the
+same name share one option. A :class:`Choice` field (one of several types: a training run's
+method) gets a selector option and the options of every member type, each applying only when
+its type is chosen (else an error names the choices that take it). A value out of range is
+refused by the config's own validation, the message rewritten to name the option
+(``--lr (optim.learning_rate) must be ...``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import re
@@ -63,9 +60,6 @@ class Choice:
         """The name the selector takes for member type ``cls``."""
         return next(k for k, c in self.types().items() if c is cls)
 
-    def takes(self, cls: type, field: str) -> str:
-        return self.taker(cls, field) if self.taker else self.name(cls)
-
 
 @dataclasses.dataclass(frozen=True)
 class _Target:
@@ -73,10 +67,39 @@ class _Target:
     cls: type  # the dataclass that declares the field
     field: str
     hint: Any  # the field's resolved type
+    default: Any  # the field's declared default
+    choice: Choice | None  # the choice among whose member types the field is, if any
+    at: int  # the index of that member type in ``path``
 
-    def member(self) -> int | None:
-        """The index in ``path`` of the chosen type the field belongs to, if any."""
-        return next((i for i, p in enumerate(self.path) if isinstance(p, type)), None)
+    def spelled(self, end: int | None = None) -> str:
+        """``path[:end]`` with the member type by its name (``method.sancus.bound``)."""
+        return ".".join(self.choice.name(p) if isinstance(p, type) else p for p in self.path[:end])
+
+    def taker(self) -> str:
+        """What of its choice takes the field ("" where there is no choice)."""
+        if self.choice is None:
+            return ""
+        member, field = self.path[self.at : self.at + 2]
+        return self.choice.taker(member, field) if self.choice.taker else self.choice.name(member)
+
+    def is_mode(self) -> bool:
+        """Whether the field decides which others of its member type apply."""
+        if self.choice is None:
+            return False
+        member, field = self.path[self.at : self.at + 2]
+        return field in self.choice.modes(member)
+
+    def applies(self, cfg) -> bool:
+        """Whether the field takes effect in ``cfg`` (its member type chosen and applying)."""
+        for p in self.path[:-1]:
+            if isinstance(p, type):
+                if not (isinstance(cfg, p) and self.choice.applies(cfg, self.path[self.at + 1])):
+                    return False
+            elif cfg is None:
+                return False
+            else:
+                cfg = getattr(cfg, p)
+        return True
 
 
 @functools.cache
@@ -85,28 +108,22 @@ def attribute_help(cls: type) -> dict[str, str]:
     and its bases (``a, b: text`` documents both)."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        doc = klass.__dict__.get("__doc__") or ""
-        lines = doc.expandtabs().splitlines()
-        try:
-            start = next(i for i, line in enumerate(lines) if line.strip() == "Attributes:")
-        except StopIteration:
+        lines = (klass.__dict__.get("__doc__") or "").expandtabs().splitlines()
+        if "Attributes:" not in (stripped := [line.strip() for line in lines]):
             continue
-        indent, names, text = None, [], []
-        for line in [*lines[start + 1 :], ""]:
+        entries, indent = [], 0  # entries: (names, lines of text)
+        for line in lines[stripped.index("Attributes:") + 1 :]:
             here = len(line) - len(line.lstrip())
-            m = re.match(r"^(\s*)([\w, ]+):(\s|$)(.*)", line)
-            if m and (indent is None or here == indent):
+            m = re.match(r"\s*([\w, ]+):(?:\s|$)(.*)", line)
+            if m and (not entries or here == indent):
                 indent = here
-                for name in names:
-                    out[name] = _sentence(" ".join(text))
-                names = [n.strip() for n in m.group(2).split(",")]
-                text = [m.group(4).strip()]
-            elif line.strip() and indent is not None and here > indent:
-                text.append(line.strip())
-            elif indent is not None:
+                entries.append(([n.strip() for n in m.group(1).split(",")], [m.group(2).strip()]))
+            elif line.strip() and entries and here > indent:
+                entries[-1][1].append(line.strip())
+            elif entries:
                 break
-        for name in names:
-            out[name] = _sentence(" ".join(text))
+        for names, text in entries:
+            out.update(dict.fromkeys(names, _sentence(" ".join(text))))
     return out
 
 
@@ -117,32 +134,18 @@ def _sentence(text: str) -> str:
     return (text[: m.start()] if m else text.rstrip(".")).strip()
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _args(hint) -> tuple:
-    return (
-        typing.get_args(hint)
-        if isinstance(hint, types.UnionType)
-        else (typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,))
-    )
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    return typing.get_args(hint) if union else (hint,)
 
 
 def _literals(hint) -> list:
-    out = []
-    for a in _args(hint):
-        if typing.get_origin(a) is Literal:
-            out += typing.get_args(a)
-    return out
+    return [v for a in _args(hint) if typing.get_origin(a) is Literal for v in typing.get_args(a)]
 
 
 def convert(text: str, hint, option: str):
-    """``text`` read as a value of type ``hint`` for ``option``.
-
-    Raises:
-      ValueError: naming the option and the types it takes.
-    """
+    """``text`` read as a value of type ``hint`` (a ValueError names ``option`` and the types
+    it takes)."""
     members = _args(hint)
     if text.lower() == "none" and type(None) in members:
         return None
@@ -154,16 +157,9 @@ def convert(text: str, hint, option: str):
                     return v
         elif origin is tuple:
             return convert(text, typing.get_args(a)[0], option)
-        elif a is int:
-            try:
-                return int(text)
-            except ValueError:
-                pass
-        elif a is float:
-            try:
-                return float(text)
-            except ValueError:
-                pass
+        elif a in (int, float):
+            with contextlib.suppress(ValueError):
+                return a(text)
         elif a is str:
             return text
     wanted = [str(v) for v in _literals(hint)]
@@ -173,142 +169,81 @@ def convert(text: str, hint, option: str):
 
 
 class Options:
-    """The options of one config type: build them into a parser, read them back into an
-    instance.
-
-    Args:
-      root: the config dataclass (its default instance gives each option's default).
-      choices: the fields chosen among several types, by their attribute path (``"method"``).
-    """
+    """The options of the config type of ``root`` (whose values are their defaults), with the
+    fields ``choices`` chosen among several types, by attribute path (``"method"``)."""
 
     def __init__(self, root: Any, choices: dict[str, Choice] | None = None):
         self.root = root
         self.choices = choices or {}
         self.by_flag: dict[str, list[_Target]] = {}
-        self.negatives: dict[str, str] = {}
-        self._walk(type(root), ())
+        self.negatives: dict[str, str] = {}  # the switch that sets a field False -> its flag
+        self._walk(type(root), (), None, -1)
 
-    def _walk(self, cls: type, path: tuple) -> None:
-        hints = _hints(cls)
+    def _walk(self, cls: type, path: tuple, choice: Choice | None, at: int) -> None:
+        hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             here = (*path, f.name)
             dotted = ".".join(p for p in here if isinstance(p, str))
             if dotted in self.choices:
                 for member in self.choices[dotted].types().values():
-                    self._walk(member, (*here, member))
-                continue
-            section = _section_type(hints[f.name], f.default)
-            if section is not None:
-                self._walk(section, here)
-                continue
-            name = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-            hint = hints[f.name]
-            if hint is bool and f.default is True and "flag" not in f.metadata:
-                name = "--no-" + f.name.replace("_", "-")
-            if f.metadata.get("negative"):
-                self.negatives[f.metadata["negative"]] = name
-            self.by_flag.setdefault(name, []).append(_Target(here, cls, f.name, hint))
+                    self._walk(member, (*here, member), self.choices[dotted], len(here))
+            elif (section := _section_type(hints[f.name], f.default)) is not None:
+                self._walk(section, here, choice, at)
+            else:
+                no = "no-" if hints[f.name] is bool and f.default is True else ""
+                name = f.metadata.get("flag") or f"--{no}{f.name.replace('_', '-')}"
+                if f.metadata.get("negative"):
+                    self.negatives[f.metadata["negative"]] = name
+                target = _Target(here, cls, f.name, hints[f.name], f.default, choice, at)
+                self.by_flag.setdefault(name, []).append(target)
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Adds every option, grouped by section, to ``parser``."""
         groups: dict[str, Any] = {}
         for dotted, choice in self.choices.items():
-            names = ", ".join(choice.types())
-            g = groups.setdefault(dotted, parser.add_argument_group(f"{dotted} ({names})"))
-            path = dotted.split(".")
-            help_ = attribute_help(_owner(type(self.root), path)).get(path[-1], "")
-            help_ += f": {choice.forms() if choice.forms else names}"
-            g.add_argument(
-                f"--{dotted.split('.')[-1]}",
+            names, path = ", ".join(choice.types()), dotted.split(".")
+            help_ = attribute_help(_type_at(type(self.root), path[:-1])).get(path[-1], "")
+            groups[dotted] = parser.add_argument_group(f"{dotted} ({names})")
+            groups[dotted].add_argument(
+                f"--{path[-1]}",
                 dest=f"choice:{dotted}",
                 default=argparse.SUPPRESS,
                 metavar="NAME",
-                help=help_,
+                help=f"{help_}: {choice.forms() if choice.forms else names}",
             )
         for name, targets in self.by_flag.items():
             t = targets[0]
-            section = self._spelled(t.path[:-1])
-            group = groups.get(section)
-            if group is None:
-                group = groups[section] = parser.add_argument_group(section or "run")
+            if (section := t.spelled(-1)) not in groups:
+                groups[section] = parser.add_argument_group(section or "run")
+            group = groups[section]
             help_ = attribute_help(t.cls).get(t.field, "")
-            takers = self._takers(targets)
-            if takers:
+            if takers := self._takers(targets):
                 help_ += f" [{takers}]"
-            default = self._default(t)
-            hint = t.hint
             kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
-            if hint is bool or (set(_args(hint)) <= {bool, type(None)}):
+            if set(_args(t.hint)) <= {bool, type(None)}:
                 kw.update(action="store_const", const=not name.startswith("--no-"))
                 negative = next((n for n, p in self.negatives.items() if p == name), None)
-                if negative:
-                    m = group.add_mutually_exclusive_group()
-                    m.add_argument(name, help=help_, **kw)
-                    m.add_argument(
-                        negative,
-                        dest=name,
-                        action="store_const",
-                        const=False,
-                        default=argparse.SUPPRESS,
-                        help=f"the opposite of {name}",
-                    )
-                    continue
+                if negative:  # the switch, then its opposite, one of them at most
+                    group = group.add_mutually_exclusive_group()
+                    group.add_argument(name, help=help_, **kw)
+                    name, help_, kw["const"] = negative, f"the opposite of {name}", False
             else:
-                lits = _literals(hint)
-                if any(typing.get_origin(a) is tuple for a in _args(hint)):
+                if any(typing.get_origin(a) is tuple for a in _args(t.hint)):
                     kw["nargs"] = "+"
-                kw["metavar"] = (
-                    "{" + ",".join(map(str, lits)) + "}"
-                    if lits and len(_args(hint)) == 1
-                    else _metavar(hint)
-                )
+                kw["metavar"] = _metavar(t.hint)
+                default = _get(self.root, t.path)  # the root's value, else the declared one
+                default = t.default if default is None else default
                 if default is not dataclasses.MISSING and default is not None:
-                    help_ += f" (default: {_show(default)})"
+                    shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+                    help_ += f" (default: {shown})"
             group.add_argument(name, help=help_, **kw)
 
-    def _default(self, t: _Target):
-        value = self.root
-        for p in t.path:
-            if isinstance(p, type):
-                value = value if isinstance(value, p) else None
-            else:
-                value = getattr(value, p, dataclasses.MISSING) if value is not None else None
-        if value is None or value is dataclasses.MISSING:
-            f = {f.name: f for f in dataclasses.fields(t.cls)}[t.field]
-            return f.default
-        return value
-
-    def _choice(self, t: _Target) -> tuple[int, Choice] | None:
-        """The position of the chosen type in ``t.path`` and its choice, if any."""
-        i = t.member()
-        return None if i is None else (i, self.choices[".".join(t.path[:i])])
-
-    def _spelled(self, path: tuple) -> str:
-        """``path`` with each member type by its name (``method.sancus.bound``)."""
-        names, choice = [], None
-        for i, p in enumerate(path):
-            if isinstance(p, type):
-                choice = self.choices[".".join(path[:i])]
-                names.append(choice.name(p))
-            else:
-                names.append(p)
-        return ".".join(names)
-
     def _takers(self, targets: list[_Target]) -> str:
-        out = []
-        for t in targets:
-            if (found := self._choice(t)) is not None:
-                i, choice = found
-                out.append(choice.takes(t.path[i], t.path[i + 1]))
-        return ", ".join(dict.fromkeys(out))
+        return ", ".join(dict.fromkeys(filter(None, (t.taker() for t in targets))))
 
     def read(self, base: Any, ns: argparse.Namespace) -> Any:
-        """``base`` with every option given in ``ns`` (from a parser made by :meth:`add_to`).
-
-        Raises:
-          ValueError: an option out of its range or not applying to the chosen config (the
-            message names the option).
-        """
+        """``base`` with every option given in ``ns`` (from a parser made by :meth:`add_to`); a
+        ValueError names an option out of its range or not applying to the chosen config."""
         given = {k: v for k, v in vars(ns).items() if k in self.by_flag}
         cfg = base
         for dotted, choice in self.choices.items():
@@ -316,23 +251,22 @@ class Options:
             if text is not None:
                 cfg = self._set(cfg, dotted.split("."), choice.make(text, cfg))
         # Options that decide which others apply (a method's ``modes``: ``--quantize``) first.
-        first = {
-            name: raw
-            for name, raw in given.items()
-            if any(self._is_mode(t) for t in self.by_flag[name])
-        }
-        cfg = self._read(cfg, first)
-        return self._read(cfg, {n: v for n, v in given.items() if n not in first})
+        first = [n for n in given if any(t.is_mode() for t in self.by_flag[n])]
+        for names in (first, [n for n in given if n not in first]):
+            cfg = self._read(cfg, {n: given[n] for n in names})
+        return cfg
 
     def _read(self, cfg, given: dict[str, Any]):
         changes: dict[tuple, dict[str, Any]] = {}
         for name, raw in given.items():
-            hit = [t for t in self.by_flag[name] if self._applies(cfg, t)]
+            targets = self.by_flag[name]
+            hit = [t for t in targets if t.applies(cfg)]
             if not hit:
-                targets = self.by_flag[name]
-                chosen = self._chosen(cfg, targets[0])
+                t = targets[0]
+                takers = " or ".join(dict.fromkeys(x.taker() for x in targets))
+                chosen = t.choice.label(_get(cfg, t.path[: t.at]))
                 raise ValueError(
-                    f"{name} applies to {self._takers_message(targets)} only, not {chosen}"
+                    f"{name} applies to --{t.path[t.at - 1]} {takers} only, not {chosen!r}"
                 )
             for t in hit:
                 value = raw
@@ -340,46 +274,14 @@ class Options:
                     value = convert(raw, t.hint, name)
                 elif isinstance(raw, list):
                     value = tuple(convert(x, t.hint, name) for x in raw)
-                changes.setdefault(t.path[:-1], {})[t.field] = (value, name)
-        return self._apply(cfg, changes)
-
-    def _is_mode(self, t: _Target) -> bool:
-        found = self._choice(t)
-        return found is not None and t.path[found[0] + 1] in found[1].modes(t.path[found[0]])
-
-    def _takers_message(self, targets) -> str:
-        i = targets[0].member()
-        return f"--{targets[0].path[i - 1]} " + " or ".join(
-            dict.fromkeys(self._takers([x]) for x in targets)
-        )
-
-    def _chosen(self, cfg, t: _Target) -> str:
-        i, choice = self._choice(t)
-        return repr(choice.label(_get(cfg, t.path[:i])))
-
-    def _applies(self, cfg, t: _Target) -> bool:
-        value = cfg
-        for i, p in enumerate(t.path[:-1]):
-            if isinstance(p, type):
-                choice = self.choices[".".join(t.path[:i])]
-                if not isinstance(value, p) or not choice.applies(value, t.path[i + 1]):
-                    return False
-            elif value is None:
-                return False
-            else:
-                value = getattr(value, p)
-        return True
-
-    def _apply(self, cfg, changes: dict[tuple, dict[str, Any]]):
-        """Applies the deepest sections first, each through ``dataclasses.replace``."""
+                changes.setdefault(t.path[:-1], {})[t.field] = value
+        # The deepest sections first, each through ``dataclasses.replace``.
         for path in sorted(changes, key=len, reverse=True):
-            fields = changes[path]
             section = _get(cfg, path)
             if section is None:  # an optional section, switched on by its options
-                owner = _owner(type(self.root), path)
-                section = _section_type(_hints(owner)[path[-1]], None)()
+                section = _type_at(type(self.root), path)()
             try:
-                section = dataclasses.replace(section, **{k: v for k, (v, _) in fields.items()})
+                section = dataclasses.replace(section, **changes[path])
             except ValueError as e:
                 raise ValueError(self._name(str(e), path)) from e
             cfg = self._set(cfg, [p for p in path if isinstance(p, str)], section)
@@ -389,8 +291,6 @@ class Options:
         if not names:
             return value
         try:
-            if len(names) == 1:
-                return dataclasses.replace(cfg, **{names[0]: value})
             inner = self._set(getattr(cfg, names[0]), names[1:], value)
             return dataclasses.replace(cfg, **{names[0]: inner})
         except ValueError as e:
@@ -398,31 +298,32 @@ class Options:
 
     def _name(self, message: str, within: tuple = ()) -> str:
         """``model.dropout must ...`` -> ``--dropout (model.dropout) must ...``, preferring
-        the options of the section ``within`` where a field name is not unique."""
+        the field spelled exactly, then the options of the section ``within``, then the
+        shallowest field; unchanged unless that leaves one option."""
         word = message.split(" ", 1)[0]
         if word.startswith("--"):
             return message
         parts = word.split(".")
-        found = []
-        for name, targets in self.by_flag.items():
-            for t in targets:
-                spelled = self._spelled(t.path)
-                if spelled.split(".")[-len(parts) :] == parts:
-                    rank = (spelled != word, t.path[: len(within)] != within, len(t.path))
-                    found.append((*rank, name))
-        # Prefer the field spelled exactly, then the section that refused the value, then the
-        # shallowest field.
-        best = min(found, default=None)
-        found = {name for *rank, name in found if rank == list(best[:3])} if best else set()
-        if len(found) != 1:
+        found = [
+            ((spelled != word, t.path[: len(within)] != within, len(t.path)), name)
+            for name, targets in self.by_flag.items()
+            for t in targets
+            if (spelled := t.spelled()).split(".")[-len(parts) :] == parts
+        ]
+        top = min((rank for rank, _ in found), default=None)
+        best = {name for rank, name in found if rank == top}
+        if len(best) != 1:
             return message
-        return f"{found.pop()} ({word}){message[len(word) :]}"
+        return f"{best.pop()} ({word}){message[len(word) :]}"
 
 
 def _get(cfg, path):
+    """The value at ``path`` in ``cfg`` (None past a None or a member type not chosen)."""
     for p in path:
-        if not isinstance(p, type):
-            cfg = getattr(cfg, p) if cfg is not None else None
+        if isinstance(p, type):
+            cfg = cfg if isinstance(cfg, p) else None
+        else:
+            cfg = getattr(cfg, p, None)
     return cfg
 
 
@@ -436,25 +337,19 @@ def _section_type(hint, default) -> type | None:
     return None
 
 
-def _owner(cls: type, path: Sequence) -> type:
-    """The config type that declares the last field of ``path`` (names, and member types
-    after a choice's name), starting from ``cls``."""
-    for p in path[:-1]:
-        cls = p if isinstance(p, type) else _section_type(_hints(cls)[p], None)
+def _type_at(cls: type, path: Sequence) -> type:
+    """The config type at ``path`` (names, a member type after a choice's) from ``cls``."""
+    for p in path:
+        cls = p if isinstance(p, type) else _section_type(typing.get_type_hints(cls)[p], None)
     return cls
 
 
 def _metavar(hint) -> str:
-    names = [a.__name__.upper() for a in _args(hint) if a in (int, float, str)]
-    names += [str(v) for v in _literals(hint)]
-    names += ["none"] if type(None) in _args(hint) else []
-    for a in _args(hint):
-        if typing.get_origin(a) is tuple:
-            names.append(typing.get_args(a)[0].__name__.upper())
+    """``{a,b}`` for a ``Literal`` alone, else what it takes (``INT|none``)."""
+    members, lits = _args(hint), _literals(hint)
+    if lits and len(members) == 1:
+        return "{" + ",".join(map(str, lits)) + "}"
+    names = [a.__name__.upper() for a in members if a in (int, float, str)]
+    names += [str(v) for v in lits] + (["none"] if type(None) in members else [])
+    names += [_metavar(typing.get_args(a)[0]) for a in members if typing.get_origin(a) is tuple]
     return "|".join(names) or "VALUE"
-
-
-def _show(value) -> str:
-    if isinstance(value, tuple):
-        return " ".join(map(str, value))
-    return str(value)

@@ -15,10 +15,6 @@ from typing import Any, ClassVar
 
 from jaxgraph.configfile import check_int
 
-# The aggregation whose coefficients weigh a message in the adaptive assignments; GAT's
-# attention coefficients are data-dependent and take the mean aggregator's as a proxy.
-_MODEL_NORM = {"gcn": "gcn", "sage": "mean", "gat": "mean"}
-
 
 @dataclasses.dataclass(frozen=True)
 class RunInfo:
@@ -36,8 +32,9 @@ class RunInfo:
 
     @property
     def norm(self) -> str:
-        """The aggregation whose coefficients weigh a message (GAT: the mean's)."""
-        return _MODEL_NORM.get(self.model, "mean")
+        """The aggregation whose coefficients weigh a message in the adaptive assignments
+        (GAT's attention is data-dependent: the mean aggregator's stands in for it)."""
+        return "gcn" if self.model == "gcn" else "mean"
 
     def period(self, period: int) -> int:
         """Epochs per assignment period: ``period``, or ``epochs // 5`` for 0."""
@@ -51,8 +48,7 @@ class Method:
     spellings: ClassVar[str] = ""  # the short spellings :meth:`parse` reads, for messages
     layout: ClassVar[str] = "halo"  # the plan it runs on: "halo" or "block"
     modes: ClassVar[tuple[str, ...]] = ()  # fields that decide which others apply
-    # Whether the loop compiles the step of an already decided next state in a thread
-    # (a field of the methods whose state changes between periods).
+    # Whether the loop compiles the next period's step ahead, in a thread.
     compile_ahead: ClassVar[bool] = False
 
     @classmethod
@@ -70,8 +66,7 @@ class Method:
         raise NotImplementedError
 
     def check_run(self, run: RunInfo) -> None:
-        """Raises ValueError where this method cannot serve ``run`` (a lookahead longer than
-        the run's period); called before any data is read."""
+        """Raises ValueError where this method cannot serve ``run`` (a lookahead past a period)."""
         del run
 
     def options(self) -> tuple[str, ...]:
@@ -105,8 +100,7 @@ def chunks_or_default(chunks: int | None) -> int:
 
 
 def check_periodic(owner: str, period: int, chunks: int | None) -> None:
-    """``<owner>.period`` (0: ``epochs // 5``) and ``<owner>.chunks`` (none, or a layout in
-    ``[0, MAX_CHUNKS]``) of a method whose widths change every period."""
+    """Checks ``<owner>.period`` (0: ``epochs // 5``) and ``<owner>.chunks`` (none or a layout)."""
     from jaxgraph.partition.buckets import MAX_CHUNKS
 
     check_int(f"{owner}.period", period, 0, what=" (0: epochs // 5)")
@@ -118,8 +112,7 @@ METHOD_TYPES: dict[str, type[Method]] = {}
 
 
 def register_method(cls: type[Method]) -> type[Method]:
-    """Makes ``cls`` a method of ``jaxgraph train`` (``--method``, its options, config files
-    with ``[method.<key>]``); returns it, so that it decorates the class."""
+    """Registers ``cls`` for ``--method`` and ``[method.<key>]`` (a class decorator)."""
     METHOD_TYPES[cls.key] = cls
     return cls
 

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-from jaxgraph.configfile import check_int
+from jaxgraph.configfile import check, check_int
 from jaxgraph.data.source import load_graph
 from jaxgraph.embed.rounds import RoundLog
 from jaxgraph.embed.run import (
@@ -43,22 +43,15 @@ PRESETS: dict[str, str] = {
 
 
 def preset(name: str, method: Method = "felog") -> EmbedConfig:
-    """The defaults of a run by name; :data:`PRESETS` says what each sets and what it does to
-    word2vec's update. ``published`` is :class:`EmbedConfig`'s own defaults, ``word2vec`` the
-    same run with ``row_cap=None, shared_negatives=1, interleave=None`` (measured against
-    ``published`` in experiments/README.md), ``cpu`` :func:`cpu_config`, ``gpu``
-    :func:`gpu_config`."""
-    if name == "published":
-        return published_config(method)
+    """The defaults of a run by name (:data:`PRESETS` says what each sets)."""
     if name == "word2vec":
-        cfg = preset("published", method)
+        cfg = published_config(method)
         sgns = dataclasses.replace(cfg.sgns, row_cap=None, shared_negatives=1, interleave=None)
         return cfg.replace(sgns=sgns)
-    if name == "cpu":
-        return cpu_config(method)
-    if name == "gpu":
-        return gpu_config(method)
-    raise ValueError(f"unknown --preset {name!r}; expected one of {', '.join(PRESETS)}")
+    makers = {"published": published_config, "cpu": cpu_config, "gpu": gpu_config}
+    if name not in makers:
+        raise ValueError(f"unknown --preset {name!r}; expected one of {', '.join(PRESETS)}")
+    return makers[name](method)
 
 
 def base_config(
@@ -103,14 +96,11 @@ class EmbedJob:
     quiet: bool = False
 
     def __post_init__(self):
-        if self.task not in ("auto", "lp", "nc", "none"):
-            raise ValueError(f"task must be auto, lp, nc or none, got {self.task!r}")
+        check("task", self.task in ("auto", "lp", "nc", "none"), self.task, "auto, lp, nc or none")
         check_int("shuffles", self.shuffles, 1)
         ratios = self.train_ratios
-        if not ratios or not all(isinstance(r, int | float) and 0.0 < r < 1.0 for r in ratios):
-            raise ValueError(
-                f"train_ratios must be numbers in (0, 1), e.g. 0.1 0.5, got {ratios!r}"
-            )
+        ok = bool(ratios) and all(isinstance(r, int | float) and 0.0 < r < 1.0 for r in ratios)
+        check("train_ratios", ok, ratios, "numbers in (0, 1), e.g. 0.1 0.5")
         if self.out:
             out = Path(self.out)
             if out.exists() and not out.is_dir():
@@ -120,30 +110,22 @@ class EmbedJob:
 
 
 def run_job(job: EmbedJob) -> dict[str, Any]:
-    """The ``jaxgraph embed`` command: train, evaluate, write the files; returns the summary.
-
-    Writes ``embedding.npy`` (``syn0``), ``context.npy`` (``syn1``), ``nodes.txt`` (the id of
-    each row's node, one per line: the ids of the user's graph file, or ``0..N-1``),
-    ``rounds.jsonl`` and ``eval.json`` to ``job.out`` when given.
-    """
+    """The ``jaxgraph embed`` command: train, evaluate, write the files of ``job.out`` (see
+    :class:`EmbedJob`); returns the summary."""
     from jaxgraph.distributed import is_primary
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed import retrieval as rt
 
-    cfg, task, ratios = job.config, job.task, job.train_ratios
-    out = Path(job.out) if job.out else None
+    cfg, ratios = job.config, job.train_ratios
     graph = load_graph(cfg.data, seed=cfg.seed)
     if graph.num_edges == 0:
         raise ValueError(f"graph {graph.name!r} has no edges: nothing to walk on")
+    task = job.task
     if task == "auto":
         task = "nc" if ev.label_matrix(graph.labels).any() else "lp"
     if task == "nc" and not ev.label_matrix(graph.labels).any():
         raise ValueError(f"--task nc needs node labels; {graph.name!r} has none")
-    split = None
-    train_graph = graph
-    if task == "lp":
-        split = ev.link_prediction_split(graph, 0.5, seed=cfg.seed)
-        train_graph = split.train_graph
+    split = ev.link_prediction_split(graph, 0.5, seed=cfg.seed) if task == "lp" else None
 
     def progress(r: RoundLog):
         if not job.quiet:
@@ -154,25 +136,24 @@ def run_job(job: EmbedJob) -> dict[str, Any]:
                 flush=True,
             )
 
-    result = embed(cfg, train_graph, log=progress)
+    result = embed(cfg, graph if split is None else split.train_graph, log=progress)
+    syn0, syn1 = result.syn0, result.syn1
     evaluation: dict[str, Any] = {"task": task}
     if task == "lp":
         # The headline is the dot product, the score that DeepWalk, GraphVite and
         # PyTorch-BigGraph rank links by; cosine is reported beside it.
         evaluation["headline"] = "auc_dot"
         for score in ev.SCORES:
-            evaluation[f"auc_{score}"] = ev.link_prediction_auc(
-                split, result.syn0, score, result.syn1
-            )
+            evaluation[f"auc_{score}"] = ev.link_prediction_auc(split, syn0, score, syn1)
         if job.retrieval:
-            evaluation["retrieval"] = rt.edge_retrieval(result.syn0, split)
+            evaluation["retrieval"] = rt.edge_retrieval(syn0, split)
     elif task == "nc":
         nc = ev.node_classification(
-            result.syn0, graph.labels, train_ratios=ratios, shuffles=job.shuffles, seed=cfg.seed
+            syn0, graph.labels, train_ratios=ratios, shuffles=job.shuffles, seed=cfg.seed
         )
         evaluation["node_classification"] = {str(k): v for k, v in nc.items()}
         if job.retrieval:
-            evaluation["retrieval"] = rt.label_retrieval(result.syn0, graph.labels, seed=cfg.seed)
+            evaluation["retrieval"] = rt.label_retrieval(syn0, graph.labels, seed=cfg.seed)
     summary = {
         "dataset": graph.name,
         "method": cfg.method,
@@ -180,10 +161,11 @@ def run_job(job: EmbedJob) -> dict[str, Any]:
         **result.summary(),
         "evaluation": evaluation,
     }
-    if out is not None and is_primary():
-        save_npy(out / "embedding.npy", result.syn0)
+    if job.out and is_primary():
+        out = Path(job.out)
+        save_npy(out / "embedding.npy", syn0)
         save_nodes(out / "nodes.txt", graph.ids)
-        save_npy(out / "context.npy", result.syn1)
+        save_npy(out / "context.npy", syn1)
         save_round_log(out / "rounds.jsonl", result.rounds)
         save_json(out / "eval.json", {**summary, "config": cfg.to_dict()})
     return summary

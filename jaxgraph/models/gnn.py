@@ -1,12 +1,13 @@
 """GCN, GraphSAGE and GAT (flax Linen) over a :class:`Propagator`.
 
 The models run unchanged under every communication strategy: all cross-device traffic happens
-inside the propagator. Layer ``l`` exchanges its *input* rows (aggregate first, then transform,
-as in the distributed systems this library reproduces), so the rows that travel at layer ``l``
-have the width of that layer's input.
+inside the propagator. Layer ``l`` aggregates, then transforms (as the distributed systems
+reproduced here do), so the rows that travel at layer ``l`` have its input's width.
 """
 
 from __future__ import annotations
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -18,11 +19,8 @@ MODELS = ("gcn", "sage", "gat")
 
 
 class _Stack(nn.Module):
-    """Shared layer loop: dropout -> conv -> (LayerNorm) -> ReLU, the last conv plain.
-
-    Under a strategy that exchanges before dropout (PipeGCN), each layer's halo is fetched
-    first and dropped out with the local rows (:meth:`Propagator.prefetch`).
-    """
+    """Shared layer loop: dropout -> conv -> (LayerNorm) -> ReLU, the last conv plain (where
+    the strategy exchanges before dropout, :meth:`Propagator.prefetch` drops out the halo too)."""
 
     hidden: int
     out_dim: int
@@ -67,10 +65,8 @@ class GCN(_Stack):
 
 
 class GraphSAGE(_Stack):
-    """GraphSAGE with the mean aggregator (Hamilton et al., 2017).
-
-    ``h'_v = W_self h_v + W_neigh mean_{u in N_in(v)} h_u + b``.
-    """
+    """GraphSAGE with the mean aggregator (Hamilton et al., 2017):
+    ``h'_v = W_self h_v + W_neigh mean_{u in N_in(v)} h_u + b``."""
 
     def conv(self, h, propagate, layer, width, last):
         neigh = propagate(h, layer=layer, norm="mean")
@@ -131,15 +127,11 @@ class GAT(_Stack):
     heads: int = 4
 
     def conv(self, h, propagate, layer, width, last):
-        if last:
-            return GATConv(self.heads, width, concat=False, name=f"conv{layer}")(
-                h, propagate, layer
-            )
-        if width % self.heads:
+        if not last and width % self.heads:
             raise ValueError(f"GAT hidden size {width} is not divisible by heads={self.heads}")
-        return GATConv(self.heads, width // self.heads, concat=True, name=f"conv{layer}")(
-            h, propagate, layer
-        )
+        per_head = width if last else width // self.heads
+        conv = GATConv(self.heads, per_head, concat=not last, name=f"conv{layer}")
+        return conv(h, propagate, layer)
 
 
 def make_model(
@@ -152,22 +144,9 @@ def make_model(
     layer_norm: bool = False,
     heads: int = 4,
 ) -> _Stack:
-    """Builds a model by name (one of :data:`MODELS`).
-
-    Raises:
-      ValueError: for an unknown model name.
-    """
-    common = dict(
-        hidden=hidden,
-        out_dim=out_dim,
-        num_layers=num_layers,
-        dropout=dropout,
-        layer_norm=layer_norm,
-    )
-    if name == "gcn":
-        return GCN(**common)
-    if name == "sage":
-        return GraphSAGE(**common)
-    if name == "gat":
-        return GAT(heads=heads, **common)
-    raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    """Builds a model by name (one of :data:`MODELS`; a ValueError for another)."""
+    classes = {"gcn": GCN, "sage": GraphSAGE, "gat": functools.partial(GAT, heads=heads)}
+    if name not in classes:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    common = dict(hidden=hidden, out_dim=out_dim, num_layers=num_layers, dropout=dropout)
+    return classes[name](layer_norm=layer_norm, **common)

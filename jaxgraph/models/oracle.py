@@ -1,8 +1,7 @@
 """Single-device oracles: the models on the unpartitioned graph with plain dense ``jnp`` ops.
 
-They share the parameter pytree of the flax models but none of their code, so a distributed
-program that matches them is checked against an independent implementation. Dense matrices
-keep them obviously correct; they are meant for test-sized graphs.
+They share the flax models' parameter pytree but none of their code, so a distributed program
+that matches them is checked against an independent implementation (for test-sized graphs).
 """
 
 from __future__ import annotations

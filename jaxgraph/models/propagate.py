@@ -19,23 +19,18 @@ Norm = Literal["gcn", "mean"]
 class Propagator:
     """Runs a strategy's exchange and the local aggregation for one traced program.
 
-    A ``Propagator`` exists only while a step is being traced: the model calls it once per
-    layer, it threads ``comm_state`` through the strategy and adds up the bytes moved. The
-    step reads :attr:`comm_state` and :attr:`bytes_moved` after the forward pass. It is a
-    Python object used at trace time, so the traced program stays pure.
+    A trace-time object: the model calls it once per layer; it threads ``comm_state`` through
+    the strategy and adds up :attr:`bytes_moved`, which the step reads after the forward pass.
 
     Args:
       shard: this device's :class:`GraphShard` (no leading axis).
-      strategy: the communication strategy.
-      comm_state: this device's strategy state.
+      comm_state: this device's state of ``strategy``.
       axis_name, num_parts: the mesh axis and its size.
       key: a PRNG key for stochastic strategies (folded per layer), or ``None``.
-      probes: per layer, the strategy's backward probe (see :meth:`CommStrategy.probes`), or
-        ``None``.
-      split: when the shard carries the source-split edge lists (``GraphShard.local_*`` /
-        ``remote_*``), aggregate the local-source edges before the halo exchange and the
-        halo-source edges after it (see :meth:`__call__`); otherwise one aggregation over
-        ``[local rows | halo rows]`` after the exchange. Results agree to fp32 rounding.
+      probes: per layer, the strategy's backward probe (:meth:`CommStrategy.probes`), or None.
+      split: aggregate the local-source edges before the halo exchange and the halo-source
+        edges after it, where the shard has them apart (:meth:`__call__`); otherwise one
+        aggregation over ``[local rows | halo rows]``. Results agree to fp32 rounding.
     """
 
     def __init__(
@@ -76,30 +71,17 @@ class Propagator:
         return jnp.concatenate([h, self.exchange(h, layer=layer)], axis=0)
 
     def prefetch(self, h: jax.Array, *, layer: int, dropout) -> jax.Array:
-        """Exchanges the halo of ``h`` before dropout, then drops out local and halo rows.
-
-        The halo rows get their own mask on the receiver (PipeGCN's order: exchange, then
-        dropout of ``[local | halo]``); the dropped halo is kept for this layer's aggregation,
-        which then runs no exchange of its own.
-
-        Args:
-          h: this device's rows before dropout.
-          layer: the layer index.
-          dropout: the layer's dropout, applied to ``[Nl + H, F]`` at once.
-
-        Returns:
-          The dropped-out local rows. Shapes: ``[Nl, F] -> [Nl, F]``.
-        """
+        """Exchanges the halo of ``h`` before ``dropout``, then drops out ``[local | halo]``
+        at once (PipeGCN's order); returns the local rows (``[Nl, F] -> [Nl, F]``) and keeps
+        the halo for this layer's aggregation, which then runs no exchange of its own."""
         n = h.shape[0]
         both = dropout(jnp.concatenate([h, self._exchange(h, layer=layer)], axis=0))
         self._prefetched[layer] = both[n:]  # f32[H, F]
         return both[:n]
 
     def exchange(self, h: jax.Array, *, layer: int) -> jax.Array:
-        """The halo rows of ``h`` from the strategy, in ``h``'s dtype: ``[Nl, F] -> [H, F]``.
-
-        After :meth:`prefetch` of ``layer``, the prefetched (dropped-out) halo instead.
-        """
+        """The halo rows of ``h`` from the strategy, in ``h``'s dtype: ``[Nl, F] -> [H, F]``
+        (after :meth:`prefetch` of ``layer``, the prefetched, dropped-out halo)."""
         if layer in self._prefetched:
             return self._prefetched.pop(layer)
         return self._exchange(h, layer=layer)
@@ -133,24 +115,18 @@ class Propagator:
         it while the collectives are in flight; central rows receive no halo-source edge, so
         the second term adds exact zeros to them whatever the halo holds.
         """
-        s = self.shard
-        if self.split and s.local_edge_src is not None:
-            return self._split_aggregate(h, layer=layer, norm=norm)
-        h_all = self.gather(h, layer=layer)  # f32[Nl + H, F]
-        weight = s.gcn_edge_weight if norm == "gcn" else s.mean_edge_weight  # f32[Em]
-        out = segment_sum_sorted(h_all, s.edge_src, s.edge_dst, weight, self.num_local)
-        if norm == "gcn":
-            out = out + s.gcn_self_weight[:, None] * h
-        return out
-
-    def _split_aggregate(self, h: jax.Array, *, layer: int, norm: Norm) -> jax.Array:
-        """:meth:`__call__` as a local-source term, then the exchange, then a halo-source term."""
-        s, n = self.shard, self.num_local
-        gcn = norm == "gcn"
-        local_w = s.local_gcn_weight if gcn else s.local_mean_weight  # f32[El]
-        out = segment_sum_sorted(h, s.local_edge_src, s.local_edge_dst, local_w, n)  # [Nl, F]
+        s, n, gcn = self.shard, self.num_local, norm == "gcn"
+        split = self.split and s.local_edge_src is not None
+        if split:  # the local-source term, traced before the exchange
+            local_w = s.local_gcn_weight if gcn else s.local_mean_weight  # f32[El]
+            out = segment_sum_sorted(h, s.local_edge_src, s.local_edge_dst, local_w, n)
+        else:  # one term over [local rows | halo rows], f32[Nl + H, F]
+            weight = s.gcn_edge_weight if gcn else s.mean_edge_weight  # f32[Em]
+            out = segment_sum_sorted(self.gather(h, layer=layer), s.edge_src, s.edge_dst, weight, n)
         if gcn:
             out = out + s.gcn_self_weight[:, None] * h
+        if not split:
+            return out
         h_remote = self.exchange(h, layer=layer)  # f32[H, F]
         if h_remote.shape[0] == 0:  # no halo (P = 1 or no cut edge): only pad remote edges
             return out
@@ -163,19 +139,13 @@ def segment_sum_sorted(
 ) -> jax.Array:
     """``out[v] = sum_{e: dst[e] = v} weight[e] * h[src[e]]`` with ``dst`` sorted ascending.
 
-    The edges are processed in chunks of about :data:`_CHUNK_BYTES` of messages (a
-    ``lax.scan`` that scatter-adds each chunk into the output in place), so the ``[E, F]``
-    message array is never materialised. Results equal the one-shot
+    The edges go in chunks of about :data:`_CHUNK_BYTES` of messages (a ``lax.scan`` adding each
+    chunk into the output in place), so the ``[E, F]`` message array (10 GB at 20M edges,
+    F = 128) is never materialised. Results equal the one-shot
     ``segment_sum(h[src] * weight[:, None], dst)``: the additions happen in the same edge order.
-    Gradients (a custom VJP): ``d h`` is the same chunked gather/scatter with ``src`` and
-    ``dst`` swapped (``d h[u] = sum_{e: src[e] = u} weight[e] * g[dst[e]]``), ``d weight[e] =
-    <g[dst[e]], h[src[e]]>``; integer inputs get no cotangent. Forward-mode autodiff
-    (``jax.jvp``) is not supported.
-
-    Why: the one-shot form writes and reads an ``E x F x 4``-byte temporary (10 GB at 20M
-    edges, F = 128) in freshly allocated memory every call, and the chunked form is faster on
-    CPU in forward and backward (experiments/README.md, "Training throughput";
-    ``experiments/bench_train.py``).
+    Gradients (a custom VJP): ``d h`` is the same gather/scatter with ``src`` and ``dst``
+    swapped, ``d weight[e] = <g[dst[e]], h[src[e]]>``; integer inputs get no cotangent, and
+    forward-mode autodiff (``jax.jvp``) is not supported.
 
     Shapes:
       ``h: [N_src, F]``, ``src, dst, weight: [E]`` -> ``[num_segments, F]``.
@@ -189,9 +159,7 @@ def segment_sum_sorted(
     return _gather_scatter(h, src, dst, weight, int(num_segments), True)
 
 
-# Messages per chunk: ~2 MiB of messages (4096 edges at F = 128, fp32) stays in L2/L3 and is
-# reused by every chunk; larger chunks spill to DRAM, much smaller ones pay per-iteration
-# overhead (see the micro-benchmark in experiments/bench_train.py).
+# Messages per chunk: ~2 MiB (4096 edges at F = 128, fp32) stays in cache, reused by every chunk.
 _CHUNK_BYTES = 2 << 20
 _MIN_CHUNK = 256
 
@@ -201,19 +169,10 @@ def _chunk_edges(h: jax.Array) -> int:
     return max(_MIN_CHUNK, _CHUNK_BYTES // row_bytes)
 
 
-def _gather_scatter_impl(
-    h: jax.Array,
-    gather_idx: jax.Array,
-    scatter_idx: jax.Array,
-    weight: jax.Array,
-    num_segments: int,
-    indices_are_sorted: bool,
-) -> jax.Array:
-    """``out[scatter_idx[e]] += weight[e] * h[gather_idx[e]]``, chunk by chunk, in edge order.
-
-    Shapes:
-      ``h: [N_src, ...]``, ``gather_idx, scatter_idx, weight: [E]`` -> ``[num_segments, ...]``.
-    """
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _gather_scatter(h, gather_idx, scatter_idx, weight, num_segments, indices_are_sorted):
+    """``out[scatter_idx[e]] += weight[e] * h[gather_idx[e]]``, chunk by chunk, in edge order:
+    ``h: [N_src, ...]``, ``gather_idx, scatter_idx, weight: [E]`` -> ``[num_segments, ...]``."""
     num_edges = gather_idx.shape[0]
     chunk = _chunk_edges(h)
     num_chunks = num_edges // chunk
@@ -245,11 +204,8 @@ def _gather_scatter_impl(
 
 
 def _edge_dots(h: jax.Array, g: jax.Array, gather_idx: jax.Array, scatter_idx: jax.Array):
-    """``<g[scatter_idx[e]], h[gather_idx[e]]>`` per edge, chunked like the aggregation.
-
-    Shapes:
-      ``h: [N_src, ...]``, ``g: [N_out, ...]``, indices ``[E]`` -> ``f32[E]`` (h's dtype).
-    """
+    """``<g[scatter_idx[e]], h[gather_idx[e]]>`` per edge, chunked like the aggregation:
+    ``h: [N_src, ...]``, ``g: [N_out, ...]``, indices ``[E]`` -> ``[E]`` in h's dtype."""
     num_edges = gather_idx.shape[0]
     chunk = _chunk_edges(h)
     num_chunks = num_edges // chunk
@@ -276,13 +232,6 @@ def _edge_dots(h: jax.Array, g: jax.Array, gather_idx: jax.Array, scatter_idx: j
     if not parts:
         return jnp.zeros((0,), h.dtype)
     return jnp.concatenate(parts) if len(parts) > 1 else parts[0]
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _gather_scatter(h, gather_idx, scatter_idx, weight, num_segments, indices_are_sorted):
-    return _gather_scatter_impl(
-        h, gather_idx, scatter_idx, weight, num_segments, indices_are_sorted
-    )
 
 
 def _gather_scatter_fwd(h, gather_idx, scatter_idx, weight, num_segments, indices_are_sorted):

@@ -1,13 +1,7 @@
-"""Building a run: the one place where a config (or a test's hand-made parts) becomes a
-:class:`Run`, the graph, plan, strategy, model, trainer, placed shards and initial state that
-:func:`jaxgraph.train.train` loops over.
-
-:func:`build_run` derives every part from a :class:`~jaxgraph.train.config.TrainConfig`;
-:func:`assemble_run` puts together parts made by hand (tests, experiment scripts that pick a
-plan or a strategy themselves). Both end in the same assembly: a :class:`Trainer` on the mesh,
-the plan's shards placed on it, and a state holding the strategy's initial ``comm_state``.
-
-A CPU-sized run::
+"""Building a run: a :class:`Run` (the graph, plan, strategy, model, trainer, placed shards and
+initial state that :func:`jaxgraph.train.train` loops over) from a
+:class:`~jaxgraph.train.config.TrainConfig` (:func:`build_run`) or from parts made by hand
+(:func:`assemble_run`). A CPU-sized run::
 
     run = build_run(TrainConfig(data=DataConfig("cora"), parts=4, epochs=2))
     state, metrics = run.trainer.train_step(run.state, run.shards)
@@ -39,9 +33,8 @@ from jaxgraph.train.state import Trainer, TrainState
 def make_strategy(
     method: Method | str, *, epochs: int = 200, seed: int = 0, model: str = "gcn"
 ) -> CommStrategy:
-    """The communication strategy of ``method`` (a typed method or its short spelling,
-    :func:`~jaxgraph.train.methods.parse_method`): the method itself, which is its own
-    exchange, checked against a run of ``epochs`` epochs of ``model`` seeded ``seed``."""
+    """The communication strategy of ``method`` (a typed method or its short spelling): the
+    method itself, its own exchange, checked against a run of ``epochs`` epochs of ``model``."""
     method = parse_method(method)
     method.check_run(RunInfo(epochs, seed, model))
     return method
@@ -106,18 +99,13 @@ def assemble_run(
     """A :class:`Run` from parts made by hand.
 
     Args:
-      graph, plan, strategy, model: the parts (``plan`` of ``graph``'s partition, of the
-        layout ``strategy.layout`` names).
+      graph, plan, strategy, model: the parts (``plan`` of the layout ``strategy.layout``).
       mesh: the mesh, or its number of devices (a 1-D mesh of the first devices).
-      seed: draws the initial parameters.
       optimizer: default Adam (:class:`OptimConfig`'s defaults).
       split: shards with the central/marginal edge split (:meth:`GraphShard.from_plan`).
-      cost: a cost model measured on the mesh, for the controller
-        (:meth:`CommStrategy.controller`).
-      run: the run's length, seed and model, for the controller (default: 200 epochs,
-        ``seed``, GCN).
-      trainer_kw: further :class:`Trainer` arguments (``local_grad_clip`` defaults to the
-        strategy's).
+      cost, run: a cost model measured on the mesh, and the run's length, seed and model
+        (default: 200 epochs, ``seed``, GCN), for the controller.
+      trainer_kw: further :class:`Trainer` arguments (``local_grad_clip``: the strategy's).
     """
     mesh = make_mesh(mesh) if isinstance(mesh, int) else mesh
     trainer_kw.setdefault("local_grad_clip", strategy.local_grad_clip)
@@ -137,13 +125,8 @@ def assemble_run(
 
 
 def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
-    """The run ``config`` describes: its graph (``graph``, or :func:`load_graph` of
-    ``config.data``), partition, plan, strategy, model, trainer, placed shards and initial
-    state.
-
-    Raises:
-      ValueError: an unknown method or dataset, or more parts than nodes.
-    """
+    """The run ``config`` describes, on ``graph`` or :func:`load_graph` of ``config.data`` (a
+    ValueError for an unknown method or dataset, or more parts than nodes)."""
     method = strategy = config.method  # a method is its own exchange
     run = RunInfo(config.epochs, config.seed, config.model.name)
     method.check_run(run)  # before any data is read
@@ -167,24 +150,9 @@ def build_run(config: TrainConfig, graph: Graph | None = None) -> Run:
         plan = build_block_halo_plan(graph, parts, num_parts=config.parts)
     else:
         plan = build_halo_plan(graph, parts, num_parts=config.parts)
-    m = config.model
-    model = make_model(
-        m.name,
-        hidden=m.hidden,
-        out_dim=graph.num_classes,
-        num_layers=m.num_layers,
-        dropout=m.dropout,
-        layer_norm=m.layer_norm,
-        heads=m.heads,
-    )
+    model_kw = dataclasses.asdict(config.model)  # make_model's arguments, by name
+    model = make_model(model_kw.pop("name"), out_dim=graph.num_classes, **model_kw)
+    opt = make_optimizer(config.optim)
     return assemble_run(
-        graph,
-        plan,
-        strategy,
-        model,
-        mesh,
-        seed=config.seed,
-        optimizer=make_optimizer(config.optim),
-        cost=cost,
-        run=run,
+        graph, plan, strategy, model, mesh, seed=config.seed, optimizer=opt, cost=cost, run=run
     )

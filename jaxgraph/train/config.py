@@ -1,23 +1,9 @@
 """Typed, frozen run configurations for full-graph training.
 
 A config file (``--config path.json`` or ``.toml``) holds the same nested sections as
-:class:`TrainConfig`; command-line flags override it. Example (CPU-sized)::
-
-    jaxgraph train --dataset cora --model gcn --parts 8 --method vanilla --epochs 200
-
-and as a file::
-
-    parts = 4
-    epochs = 100
-    [data]
-    graph = "my_graph.npz"
-    [method.adaqp]
-    period = 20
-    [method.adaqp.assign]
-    lam = 0.3
-
-Every field is checked on construction; an error names the field, its allowed values and the
-value given.
+:class:`TrainConfig` (``parts = 4``, ``[data]``, ``[method.adaqp]``: :mod:`jaxgraph.train.methods`);
+command-line options override it. Every field is checked on construction; an error names the
+field, its allowed values and the value given.
 """
 
 from __future__ import annotations
@@ -26,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from jaxgraph.configfile import check, check_int, from_dict, is_real, read_config_file
+from jaxgraph.configfile import check, check_int, from_dict, is_real, load_config_file
 from jaxgraph.data.source import DataConfig
 from jaxgraph.options import flag
 from jaxgraph.partition.partitioners import METHODS as PARTITIONERS
@@ -124,12 +110,8 @@ class TrainConfig:
         for name, low in (("parts", 1), ("epochs", 1), ("seed", 0), ("eval_every", 1)):
             check_int(name, getattr(self, name), low)
         check_int("checkpoint_every", self.checkpoint_every, 0, what=" (0: never)")
-        check(
-            "partition",
-            self.partition in PARTITIONERS,
-            self.partition,
-            f"one of {', '.join(PARTITIONERS)}",
-        )
+        part = self.partition
+        check("partition", part in PARTITIONERS, part, f"one of {', '.join(PARTITIONERS)}")
         if self.data.graph is None and self.data.name in ("sbm", "rmat"):
             n = self.data.num_nodes
             check_int(
@@ -140,10 +122,7 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in d.items()}
-        out["method"] = self.method.to_dict()
-        return out
+        return {**dataclasses.asdict(self), "method": self.method.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -151,14 +130,5 @@ class TrainConfig:
 
 
 def load_config(path: str | Path) -> TrainConfig:
-    """Reads a ``.json`` or ``.toml`` config file.
-
-    Raises:
-      ValueError: for an unknown file type, malformed content or an unknown key (the message
-        names the file and the key).
-    """
-    d = read_config_file(path)
-    try:
-        return TrainConfig.from_dict(d)
-    except ValueError as e:
-        raise ValueError(f"config file {path}: {e}") from e
+    """Reads a ``.json`` or ``.toml`` config file (a ValueError names the file and the key)."""
+    return load_config_file(path, TrainConfig.from_dict)

@@ -1,39 +1,13 @@
 """The training methods: one registry of typed, validated method configurations.
 
-Each method of full-graph training is a frozen dataclass that is also the exchange it runs
-inside ``shard_map`` (:class:`~jaxgraph.comm.strategy.CommStrategy`); it is checked on
-construction with errors that name the field and its allowed values:
-
-==============  ===================================================================
-``Vanilla``     fp32 ring all-to-all of the halo rows (:mod:`jaxgraph.comm.strategy`)
-``Quantized``   every halo message as ``bits``-bit codes, or widths drawn at random
-                (:mod:`jaxgraph.comm.quantized`)
-``AdaQP``       widths per message group from a mixed-integer program, per period
-                (:mod:`jaxgraph.comm.adaptive`)
-``PipeGCN``     the ring exchange one epoch stale, optionally smoothed
-                (:mod:`jaxgraph.comm.pipegcn`)
-``CAGNET``      1D block-row broadcasts (:mod:`jaxgraph.comm.cagnet`)
-``Sancus``      skip-broadcast under a staleness bound, with local gradient clipping
-                (:mod:`jaxgraph.comm.sancus`)
-``SkipG``       broadcasts every epoch, gradient reductions skipped under a bound
-                (:mod:`jaxgraph.comm.skipg`)
-==============  ===================================================================
-
-A :class:`~jaxgraph.train.config.TrainConfig` holds one of them. A config file names it as a
-section, or by its short spelling::
-
-    [method.adaqp]            # or:  method = "adaqp"
-    period = 10
-    [method.adaqp.assign]
-    lam = 0.3
-
-A method type is registered once (:func:`register_method`): the ``--method`` choices, their
-options and help, the errors and the config-file sections all come from the registry. Each
-type parses its own short spellings (``quant-4``, ``sancus-h0.04-w20-clip1``, ``pipegcn-fg``,
-``skipg-2``; :meth:`Method.parse`) and spells itself back (:meth:`Method.label`). What a
-method needs of the run (its length, seed and model) reaches its host half through
-:meth:`~jaxgraph.comm.strategy.CommStrategy.controller` as a
-:class:`~jaxgraph.comm.method.RunInfo`.
+Each method is a frozen dataclass that is also the exchange it runs inside ``shard_map``
+(:class:`~jaxgraph.comm.strategy.CommStrategy`): ``Vanilla`` (the fp32 ring all-to-all),
+``Quantized`` (fixed or random bit-widths), ``AdaQP`` (widths from a mixed-integer program),
+``PipeGCN`` (the ring exchange one epoch stale), ``CAGNET`` (block-row broadcasts), ``Sancus``
+(skip-broadcast under a staleness bound) and ``SkipG`` (gradient reductions skipped under a
+bound); each class's docstring and module say more. A config file names a method as a section
+(``[method.adaqp]``) or by its short spelling (``method = "adaqp"``); the registry and the
+spellings are :mod:`jaxgraph.comm.method`'s.
 """
 
 from __future__ import annotations
@@ -54,12 +28,8 @@ for _cls in (Vanilla, Quantized, AdaQP, PipeGCN, CAGNET, Sancus, SkipG):
 
 
 def parse_method(text: str | Method) -> Method:
-    """The method a name or short spelling names, asking each registered type
-    (:meth:`Method.parse`) in turn; a :class:`Method` is returned as it is.
-
-    Raises:
-      ValueError: for any other text (the message lists every type's spellings).
-    """
+    """The method a name or short spelling names (each registered type's :meth:`Method.parse`
+    asked in turn; a :class:`Method` as it is); for other text, a ValueError lists them all."""
     if isinstance(text, Method):
         return text
     for cls in METHOD_TYPES.values():

@@ -1,6 +1,6 @@
-"""Adding a communication strategy, as README's "Adding a communication strategy" shows: a
-strategy defined here, outside the library, that sends halo rows (and their gradients) as
-float16, trained through :func:`jaxgraph.train.assemble_run` and checked against the
+"""Adding a communication strategy, as docs/extending/strategy.md shows: a strategy defined
+here, outside the library, that sends halo rows (and their gradients) as float16, trained
+through :func:`jaxgraph.train.assemble_run` and checked against the
 single-device oracle."""
 
 import jax
