@@ -1,9 +1,8 @@
 """The ``jaxgraph`` command line, generated from the typed configs.
 
-``train`` reads a :class:`~jaxgraph.train.TrainConfig`, ``embed`` an
-:class:`~jaxgraph.embed.EmbedJob` and ``partition`` a
-:class:`~jaxgraph.partition.job.PartitionJob`: every field is an option
-(:mod:`jaxgraph.options`) and a ``--config`` file gives the values the options start from.
+Each subcommand reads a typed config (:class:`~jaxgraph.train.TrainConfig`,
+:class:`~jaxgraph.embed.EmbedJob`, :class:`~jaxgraph.partition.job.PartitionJob`): every field
+is an option (:mod:`jaxgraph.options`), and a ``--config`` file gives the values they start from.
 Only the process-level options (:data:`PROCESS_OPTIONS`) are not fields.
 
 On a CPU the command emulates ``--cpu-devices`` devices (default 8; for ``embed`` its
@@ -26,6 +25,8 @@ from jaxgraph.configfile import read_config_file
 from jaxgraph.data.source import DataConfig
 from jaxgraph.options import Choice, Options, attribute_help
 
+_NOTES = logging.StreamHandler()  # the notes' handler: "jaxgraph: note: <note>" on stderr
+_NOTES.setFormatter(logging.Formatter("jaxgraph: note: %(message)s"))
 # The options that are not fields of a config: the process and where its values start from.
 PROCESS_OPTIONS = tuple(
     "--help --cpu-devices --config --preset --coordinator --num-processes --process-id "
@@ -57,7 +58,7 @@ def _method_choice() -> Choice:
 
 
 def _sync_choice() -> Choice:
-    from jaxgraph.embed.run import SYNC_TYPES
+    from jaxgraph.embed.run import SYNC_TYPES, sync_key
 
     def make(text: str, job):
         if text not in SYNC_TYPES:
@@ -65,7 +66,7 @@ def _sync_choice() -> Choice:
         return None if text == "all" else SYNC_TYPES[text](merge=job.config.sgns.merge)
 
     def label(sync) -> str:
-        return "all" if sync is None else next(k for k, c in SYNC_TYPES.items() if c is type(sync))
+        return "all" if sync is None else sync_key(sync)
 
     return Choice(types=lambda: SYNC_TYPES, make=make, label=label)
 
@@ -202,14 +203,13 @@ def _job(args):
 
 
 def _log_notes() -> None:
-    """The library's notes on its inputs (a split made, self-loops removed) go to stderr."""
+    """The library's notes on its inputs go to this call's stderr (a test may replace it)."""
     log = logging.getLogger("jaxgraph")
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("jaxgraph: note: %(message)s"))
-        log.addHandler(handler)
+        log.addHandler(_NOTES)
         log.setLevel(logging.INFO)
         log.propagate = False
+    _NOTES.stream = sys.stderr  # not setStream(): it flushes the old one, maybe closed
 
 
 def main(argv: list[str] | None = None) -> int:

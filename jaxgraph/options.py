@@ -3,13 +3,11 @@
 Every field of a frozen config dataclass is an option: its flag is the field's name
 (``walk_length`` -> ``--walk-length``) unless :func:`flag` renames it, its type decides how
 the text is read (``Literal`` choices, ``X | None`` with ``none``, ``tuple[int, ...]``,
-booleans as switches), and its help is the first sentence of its entry in the ``Attributes:``
-section of its class docstring. Nested configs flatten into one namespace, where fields of the
-same name share one option. A :class:`Choice` field (one of several types: a training run's
-method) gets a selector option and the options of every member type, each applying only when
-its type is chosen (else an error names the choices that take it). A value out of range is
-refused by the config's own validation, the message rewritten to name the option
-(``--lr (optim.learning_rate) must be ...``).
+booleans as switches), and its help is the first sentence of its ``Attributes:`` entry.
+Nested configs flatten into one namespace (fields of one name share an option). A
+:class:`Choice` field (a run's method) gets a selector option and the options of every member
+type, each applying only when its type is chosen (else an error names the types that take it).
+A value out of range is refused by the config's own validation, in a message naming the option.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 
 def flag(name: str, default: Any = dataclasses.MISSING, *, negative: str | None = None):
@@ -130,7 +128,7 @@ def attribute_help(cls: type) -> dict[str, str]:
 def _sentence(text: str) -> str:
     text = text.replace("``", "").replace("%", "%%")
     text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)
-    m = re.search(r"\.\s", text)
+    m = re.search(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bEq)(?<!\bSec)(?<!\bFig)(?<!\bet al)\.\s", text)
     return (text[: m.start()] if m else text.rstrip(".")).strip()
 
 
@@ -140,7 +138,8 @@ def _args(hint) -> tuple:
 
 
 def _literals(hint) -> list:
-    return [v for a in _args(hint) if typing.get_origin(a) is Literal for v in typing.get_args(a)]
+    lits = (v for a in _args(hint) if typing.get_origin(a) is Literal for v in typing.get_args(a))
+    return list(dict.fromkeys(lits))
 
 
 def convert(text: str, hint, option: str):
@@ -222,6 +221,7 @@ class Options:
             kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
             if set(_args(t.hint)) <= {bool, type(None)}:
                 kw.update(action="store_const", const=not name.startswith("--no-"))
+                help_ = f"turn off (on by default): {help_}" if name.startswith("--no-") else help_
                 negative = next((n for n, p in self.negatives.items() if p == name), None)
                 if negative:  # the switch, then its opposite, one of them at most
                     group = group.add_mutually_exclusive_group()
@@ -230,7 +230,7 @@ class Options:
             else:
                 if any(typing.get_origin(a) is tuple for a in _args(t.hint)):
                     kw["nargs"] = "+"
-                kw["metavar"] = _metavar(t.hint)
+                kw["metavar"] = _metavar(Union[tuple(u.hint for u in targets)])  # noqa: UP007
                 default = _get(self.root, t.path)  # the root's value, else the declared one
                 default = t.default if default is None else default
                 if default is not dataclasses.MISSING and default is not None:

@@ -136,17 +136,17 @@ def test_embed_option_out_of_range(option, message, tmp_path, capsys):
 
 
 def test_embed_out_is_checked_before_training(tmp_path, capsys):
-    """``--out`` names a directory: an existing file, or a missing parent, is refused before
-    the graph is read."""
+    """``--out`` names a directory (created with its parents, as ``train --workdir``): an
+    existing file, or a file among its parents, is refused before the graph is read."""
     existing = tmp_path / "emb.npy"
     existing.write_text("keep")
     assert main(["embed", "--dataset", "nope", "--out", str(existing)]) == 2
     assert f"--out {existing} is a file; give a directory" in capsys.readouterr().err
     assert existing.read_text() == "keep"
-    missing = tmp_path / "no" / "such"
-    assert main(["embed", "--dataset", "nope", "--out", str(missing)]) == 2
+    below = existing / "no" / "such"
+    assert main(["embed", "--dataset", "nope", "--out", str(below)]) == 2
     err = capsys.readouterr().err
-    assert f"directory {missing.parent} does not exist" in err and "nope" not in err
+    assert f"--out {below}: {existing} is a file, not a directory" in err and "nope" not in err
     assert list(tmp_path.iterdir()) == [existing]
 
 

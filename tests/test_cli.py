@@ -170,3 +170,21 @@ def test_emulated_cpu_device_count_must_be_positive():
 
     with pytest.raises(SystemExit, match="--cpu-devices must be >= 1, got 0"):
         _cpu_devices(_build_parser().parse_args(["--cpu-devices", "0", "datasets"]))
+
+
+def test_notes_go_to_the_stderr_of_each_call(monkeypatch):
+    """Each command sends the library's notes to the stderr in force when it runs, not to the
+    one of the first command in the process (a test or a notebook swaps it in between)."""
+    import io
+    import logging
+    import sys
+
+    from jaxgraph.cli import _log_notes
+
+    for _ in range(2):
+        stream = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", stream)
+        _log_notes()
+        logging.getLogger("jaxgraph").info("removed 1 self-loop")
+        assert stream.getvalue() == "jaxgraph: note: removed 1 self-loop\n"
+        stream.close()  # as a test's captured stderr is, once the test ends

@@ -4,8 +4,10 @@
 * a communication method (``half_method.py``) registered outside the library trains through
   the page's command, moves half of Vanilla's bytes and starts from Vanilla's loss to
   bfloat16 rounding; the page's config file selects it;
-* a model (``gin_model.py``) gives the same loss and gradients on 4 devices as on one, and
-  trains under a stale (PipeGCN, the page's command) and a block-row (CAGNET) method;
+* a model (``gin_model.py``) gives the same loss and gradients on 4 devices as on one, is
+  registered as ``gin`` (once) and trains by that name: under a block-row method (CAGNET)
+  through ``train``, and under a stale one (PipeGCN) through the page's Python block and its
+  command; the page's config file selects it;
 * a graph format (``metis_reader.py``) reads to the expected CSR arrays, names the file and
   line of each malformed input, is registered for ``.graph`` files (``read_graph``, and the
   page's script that starts the command line), and its converted file trains through
@@ -37,6 +39,8 @@ from jaxgraph.embed.merge import SYNC_TYPES, AllSync
 from jaxgraph.embed.programs import indexed_sync_program
 from jaxgraph.embed.sgns import Tables
 from jaxgraph.mesh import make_mesh
+from jaxgraph.models import MODEL_TYPES
+from jaxgraph.train import ModelConfig, TrainConfig, train
 
 from graph_cases import random_graph
 
@@ -90,8 +94,12 @@ def half():
     sys.modules.pop(module.__name__)
 
 
+def _losses(workdir: Path) -> list[float]:
+    return [json.loads(x)["loss"] for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
 def _first_loss(workdir: Path) -> float:
-    return json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+    return _losses(workdir)[0]
 
 
 def test_half_method_page_command_trains_on_half_the_bytes(half, tmp_path, monkeypatch, capsys):
@@ -137,7 +145,12 @@ def test_half_method_config_file_and_errors(half, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def gin():
-    return _load("gin_model")
+    """The example registers the model ``gin`` on import; it is removed again after these
+    tests."""
+    module = _load("gin_model")
+    yield module
+    MODEL_TYPES.pop("gin", None)
+    sys.modules.pop(module.__name__, None)
 
 
 def test_gin_on_four_devices_equals_one(gin):
@@ -159,20 +172,59 @@ def test_gin_on_four_devices_equals_one(gin):
     assert set(grads1) >= {"eps0", "eps1"}  # GIN's own parameters take gradients
 
 
-def test_gin_trains_under_a_block_row_method(gin):
+def test_gin_trains_by_name_under_a_block_row_method(gin, tmp_path):
     graph = random_graph(n=80, avg_deg=5, seed=3)
-    model = gin.GIN(hidden=8, out_dim=graph.num_classes, dropout=0.5)
-    losses, scores, run, _ = gin.fit(graph, model, "cagnet", parts=2, epochs=2)
-    assert run.strategy.label() == "cagnet" and len(losses) == 2
-    assert np.isfinite(losses).all() and 0 <= scores["test"] <= 1
+    model = ModelConfig("gin", hidden=8, dropout=0.5)
+    config = TrainConfig(
+        model=model, method="cagnet", parts=2, epochs=2, progress=False, workdir=str(tmp_path)
+    )
+    summary = train(config, graph=graph)
+    assert summary["model"] == "gin" and summary["method"] == "cagnet"
+    losses = _losses(tmp_path)
+    assert len(losses) == 2 and np.isfinite(losses).all()
+    assert 0 <= summary["test_at_best"] <= 1
+    with pytest.raises(ValueError, match="model 'gin' is already registered"):
+        gin.register_model("gin", gin.GIN)
 
 
-def test_gin_page_command_trains_under_pipegcn(gin, capsys):
-    ((python, script),) = _commands("model.md")
+def test_gin_page_python_block_trains_by_name(gin, tmp_path, monkeypatch, capsys):
+    (block,) = _blocks("model.md", "python")
+    monkeypatch.chdir(tmp_path)
+    # ``import gin_model`` finds the module loaded here: the model is registered once.
+    monkeypatch.setitem(sys.modules, "gin_model", gin)
+    namespace = {"__name__": "__main__"}
+    exec(compile(block, "docs/extending/model.md", "exec"), namespace)
+    summary = namespace["summary"]
+    assert summary["model"] == "gin" and summary["method"] == "pipegcn"
+    loss, accuracy = map(float, re.findall(r"[\d.]+", capsys.readouterr().out))
+    assert loss == pytest.approx(summary["final_loss"], abs=1e-3) and 0 <= accuracy <= 1
+
+
+def test_gin_page_command_trains_under_pipegcn(gin, tmp_path, monkeypatch, capsys):
+    ((python, script, *argv),) = _commands("model.md")
     assert (python, script) == ("python", "docs/examples/gin_model.py")
-    runpy.run_path(str(ROOT / script), run_name="__main__")  # fit(..., "pipegcn", epochs=20)
-    first, last, accuracy = map(float, re.findall(r"[\d.]+", capsys.readouterr().out))
-    assert last < first and 0 <= accuracy <= 1
+    assert argv[argv.index("--model") + 1] == "gin"
+    monkeypatch.setattr(sys, "argv", [script, *argv, "--no-progress", "--workdir", str(tmp_path)])
+    # Run as a script, the file registers ``gin`` a second time: the fixture's registration
+    # steps aside meanwhile, and monkeypatch puts it back.
+    monkeypatch.delitem(MODEL_TYPES, "gin")
+    with pytest.raises(SystemExit) as done:  # the file's __main__: the command line
+        runpy.run_path(str(ROOT / script), run_name="__main__")
+    assert done.value.code == 0
+    summary = _summary(capsys)
+    assert summary["model"] == "gin" and summary["method"] == "pipegcn"
+    assert 0 <= summary["test_at_best"] <= 1
+    losses = _losses(tmp_path)
+    assert len(losses) == 20 and np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_gin_page_config_file_selects_it(gin, tmp_path):
+    (toml,) = _blocks("model.md", "toml")
+    path = tmp_path / "run.toml"
+    path.write_text(toml)
+    job = job_from_args(["train", "--config", str(path)])
+    assert job.model == ModelConfig("gin", hidden=16)
+    assert job_from_args(["train", "--model", "gin"]).model.name == "gin"
 
 
 # ------------------------------------------------------------------ a graph file format

@@ -81,3 +81,15 @@ def test_a_method_registered_outside_the_library_trains(echo_method, tmp_path, c
     assert "--echo-rounds (echo.echo_rounds) must be >= 1, got 0" in capsys.readouterr().err
     assert main([*argv, "--method", "vanilla", "--echo-rounds", "2"]) == 2
     assert "--echo-rounds applies to --method echo only" in capsys.readouterr().err
+
+
+def test_help_of_switches_abbreviations_and_shared_options():
+    """A switch that turns a default-on field off says so; a help sentence runs past "e.g."
+    and "Eq."; an option that several methods take shows every value any of them takes."""
+    train = _build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    embed = _build_parser()._subparsers._group_actions[0].choices["embed"].format_help()
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    assert "--no-progress turn off (on by default): show a progress bar" in flat(train)
+    assert re.search(r'--interconnect STR .*\(e\.g\. "10gbe"\), a two-level', flat(train))
+    assert re.search(r"--fabc-k INT\|none hot ranks; None chooses it by Eq\. 8 on", flat(embed))
+    assert "--quantize INT|adaptive|random|none" in train  # PipeGCN's, Sancus's and CAGNET's

@@ -1,32 +1,20 @@
-"""Adaptive bit-widths (AdaQP): the settings, the message scores and the traces.
+"""Adaptive bit-widths (AdaQP, Wan et al., MLSys 2023): the settings, message scores and traces.
 
-Wan et al. (MLSys 2023) choose a bit-width for every group of halo messages by a bi-objective
-mixed-integer program that trades the variance the quantization adds to the aggregated
-embeddings (and gradients) against the time of the slowest transfer of each ring round.
+AdaQP picks a width for every group of halo messages by a bi-objective mixed-integer program
+trading the variance quantization adds to the aggregations against the slowest transfer of each
+ring round (:mod:`jaxgraph.comm.assign`; the method is :class:`~jaxgraph.comm.adaqp.AdaQP`).
 
-**Tracing** (inside the jitted step, in :attr:`AdaptiveState.trace`). For every slot of every
-exchange the step adds :func:`~jaxgraph.comm.qring.row_range_variance` of the row sent,
-``(D / 6) (max - min)^2``, the expected stochastic-rounding variance of that row up to the
-factor ``1 / (2^b - 1)^2``. Forward rows are traced at the sender; backward rows (the gradient
-rows the forward receiver sends back) are traced at the forward receiver through the
-exchange's probe (:meth:`CommStrategy.probes`): their cotangent is the trace.
+**Tracing** (in :attr:`AdaptiveState.trace`): every exchange adds, per slot, the row's range
+variance ``(D / 6) (max - min)^2`` (:func:`~jaxgraph.comm.qring.row_range_variance`; the
+rounding variance up to ``1 / (2^b - 1)^2``); forward rows at the sender, backward rows at the
+forward receiver through the exchange's probe.
 
-**Aggregation scores** (on the host, from the plan). A forward message ``v`` enters the
-receiver's aggregation with coefficients ``a_wv`` (``deg(w)^-1/2 deg(v)^-1/2`` for GCN,
-``1 / deg(w)`` for the mean aggregator); two weights are selectable (``squares``). By
-default its score is ``s(v) = sum_w a_wv`` and its weight in the program ``beta(v) = s(v)^2 *
-traced(v)``, the square of the sum, as the public implementation computes it (the variance of
-``sum_w out_w``). With ``squares=True`` the weight is the seed's ``beta_k`` (the problem AdaQP
-states after its Theorem 3): ``beta(v) = (sum_w a_wv^2) * traced(v)``, the variance summed over
-the receivers' rows. A backward message is the receiver's partial gradient sum ``sum_w a_wv
-g_w``, which the sender adds to its gradient with coefficient 1: its score is 1. (AdaQP sends
-raw gradient rows and aggregates them after the exchange on the transposed graph, hence its
-backward scores; here the aggregation happens before the exchange and is already in the traced
-rows.)
-
-The method (:class:`~jaxgraph.comm.adaqp.AdaQP`) and its host half live in
-:mod:`jaxgraph.comm.adaqp`; this module holds what it shares with PipeGCN's adaptive widths and
-the widths per block: the settings (:class:`AssignConfig`), the scores and the traces.
+**Scores.** A forward message ``v`` enters the receiver's aggregation with coefficients ``a_wv``
+(``deg(w)^-1/2 deg(v)^-1/2`` for GCN, ``1 / deg(w)`` for mean). By default its weight is
+``beta(v) = (sum_w a_wv)^2 * traced(v)``, the square of the sum, as the public implementation.
+With ``squares=True`` it is the seed's ``beta_k`` (after AdaQP's Theorem 3), ``beta(v) = (sum_w
+a_wv^2) * traced(v)``. A backward message is already the receiver's aggregated partial
+``sum_w a_wv g_w``, added with coefficient 1: its score is 1.
 """
 
 from __future__ import annotations
@@ -66,7 +54,7 @@ class AssignConfig:
         transfer is a memory copy).
       widths: the candidate bit-widths of every group (a subset of ``(2, 4, 8)``; also the
         widths ``quant-random`` draws from, for a like-for-like baseline). The first period
-        runs at 8 bits, or at the widest candidate if 8 is not one.
+        runs at 8 bits, or the widest.
       solver: ``"milp"``: the mixed-integer program with HiGHS through cvxpy, under
         ``time_limit`` and ``mip_gap``; ``"frontier"``: the same program's exact optimum by
         per-channel Pareto frontiers (:func:`jaxgraph.comm.assign.solve`; milliseconds where
@@ -75,8 +63,7 @@ class AssignConfig:
       mip_gap: relative MIP gap at which a solve stops.
       lookahead: solve this many epochs before each period boundary, so that the new step can
         compile in the background while those epochs train (``TrainConfig.compile_ahead``).
-        The solve then sees the traces of all but the period's last ``lookahead`` epochs.
-        0 solves at the boundary, as AdaQP does.
+        The solve misses the period's last ``lookahead`` epochs; 0 solves at the boundary.
     """
 
     lam: float = 0.5
@@ -134,19 +121,12 @@ def parse_interconnect(spec: str) -> tuple[str, int, str | None]:
     return fields[0], int(fields[1]), fields[2]
 
 
-# ---------------------------------------------------------------------- host: scores
-
-
 def aggregation_scores(
     plan: HaloPlan, norm: str, *, squares: bool = False
 ) -> tuple[np.ndarray, ...]:
-    """Per round ``r``, ``float64[P, S_r]``: the aggregation score of the row that device ``d``
-    sends in slot ``s`` (indexed by the forward sender, like :class:`BitAssignment`).
-
-    ``s(v) = sum_w a_wv`` over the receiver's in-edges ``v -> w`` with the global coefficients
-    of ``norm`` (``"gcn"``: ``deg_in(w)^-1/2 deg_out(v)^-1/2``; ``"mean"``: ``1/deg_in(w)``);
-    with ``squares=True``, ``sum_w a_wv^2``. Pad slots score 0.
-    """
+    """Per round ``r``, ``float64[P, S_r]``: the score ``s(v) = sum_w a_wv`` (``squares``:
+    ``sum_w a_wv^2``) of the row device ``d`` sends in slot ``s``, over the receiver's in-edges
+    with the coefficients of ``norm``, indexed by the forward sender; pad slots score 0."""
     if norm not in NORMS:
         raise ValueError(f"unknown aggregation norm {norm!r}; choose one of {NORMS}")
     weight = plan.gcn_edge_weight if norm == "gcn" else plan.mean_edge_weight
@@ -168,9 +148,6 @@ def aggregation_scores(
 def receiver_to_sender(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     """Per-round ``[P, S_r]`` arrays held by the forward receivers -> indexed by the sender."""
     return tuple(np.roll(np.asarray(a), -r, axis=0) for r, a in enumerate(arrays, 1))
-
-
-# ---------------------------------------------------------------------- the strategy
 
 
 def first_width(config: AssignConfig) -> int:
@@ -205,9 +182,6 @@ def check_adaptive_run(method, run: RunInfo) -> None:
         )
 
 
-# ---------------------------------------------------------------------- state
-
-
 class Traces(NamedTuple):
     """What an exchange with adaptive widths traces over a period, per layer and ring round
     ``r``, ``f32[P, S_r]`` by slot: the summed range variance of the rows sent (``fwd``, at the
@@ -238,8 +212,8 @@ class AdaptiveState(NamedTuple):
 
 
 def trace_sent_rows(state: AdaptiveState, layer: int, h_local, send_idx) -> AdaptiveState:
-    """``state`` with the range variance of the rows ``h_local`` sends at ``layer`` added to
-    the forward trace, slot by slot (``send_idx[r-1]``: the local rows of round ``r``)."""
+    """``state`` with the range variance of the rows ``h_local`` sends at ``layer`` (in round
+    ``r``, ``send_idx[r-1]``) added to the forward trace."""
     v = row_range_variance(h_local)  # per local row, then per sent slot
     fwd = state.trace.fwd
     traced = tuple(t + jnp.take(v, idx) for t, idx in zip(fwd[layer], send_idx, strict=True))
@@ -261,10 +235,9 @@ def trace_returned_rows(state: AdaptiveState, layer: int, grads) -> AdaptiveStat
 
 
 def saved_like(saved: dict[str, np.ndarray], template, path: str):
-    """``template`` (a subtree of ``comm_state`` at tree path ``path``, e.g. ``".bits"``) with
-    each leaf read from ``saved`` (a checkpoint's ``comm_state`` leaves by tree path below
-    ``comm_state``): matched by tree structure; a missing leaf, or one of another shape, is a
-    ValueError naming it."""
+    """``template`` (the subtree of ``comm_state`` at ``path``, e.g. ``".bits"``) with each leaf
+    read from ``saved`` (a checkpoint's ``comm_state`` leaves by tree path); a missing leaf, or
+    one of another shape, is a ValueError naming it."""
 
     def leaf(at, expect):
         name = path + jax.tree_util.keystr(at)

@@ -3,11 +3,9 @@ are re-solved every period by the bi-objective program of :mod:`jaxgraph.comm.as
 traces and scores of :mod:`jaxgraph.comm.adaptive`.
 
 **Schedule.** Epochs ``1..period`` run at uniform 8 bits; before epoch ``k * period + 1`` the
-traces of the last period are gathered to the host, one program per exchange key
-(``fwd{l}``, ``bwd{l}``) is solved (in threads), the traces are reset and the new bucket
-layout is installed: with ``chunks`` (the default of :class:`~jaxgraph.train.TrainConfig`) a
-layout of the same shapes, so the compiled step stays; with exact layouts a new step
-compiles (the loop caches compiled steps by layout). The state is an
+period's traces are gathered to the host, one program per exchange key (``fwd{l}``,
+``bwd{l}``) is solved, the traces are reset and the new bucket layout installed (with
+``chunks``, of the same shapes: the compiled step stays). The state is an
 :class:`~jaxgraph.comm.adaptive.AdaptiveState`.
 """
 
@@ -56,11 +54,8 @@ class AdaQP(Method, CommStrategy):
     ``period`` epochs from traced messages by the mixed-integer program of
     :mod:`jaxgraph.comm.assign`.
 
-    The device half (this class inside ``shard_map``) runs the quantized ring exchange of
-    :mod:`jaxgraph.comm.quantized` under the bucket layouts in ``comm_state`` and adds the
-    traces; the host half (:class:`AdaptiveController`, from :meth:`controller`) gathers the
-    traces, solves and installs the next assignment. The first period runs at uniform 8 bits,
-    or at the widest of ``assign.widths``.
+    This device half runs the quantized ring exchange under the layouts in ``comm_state`` and
+    adds the traces; the host half is :class:`AdaptiveController`.
 
     Attributes:
       assign: the assignment problem and its solver (:class:`AssignConfig`).
@@ -71,7 +66,7 @@ class AdaQP(Method, CommStrategy):
       compile_ahead: with ``assign.lookahead``, compile the next period's step in a thread.
       score: a message's weight ``beta`` in the program: ``"sum"``, the square of the sum of
         its aggregation coefficients (the public AdaQP implementation), or ``"squares"``, their
-        sum of squares (the seed's ``beta_k``, stated after its Theorem 3); module docstring.
+        sum of squares (the seed's ``beta_k``, after its Theorem 3; :mod:`~jaxgraph.comm.adaptive`).
       param_dtype: ``"bfloat16"`` sends each quantized row's ``(scale, lo)`` as bfloat16 (4
         bytes instead of 8), in the layouts and in the program's row times, as
         :attr:`~jaxgraph.comm.quantized.Quantized.param_dtype`.
@@ -119,8 +114,6 @@ class AdaQP(Method, CommStrategy):
     def controller(self, plan, layer_dims, *, cost=None, run=None) -> AdaptiveController:
         return AdaptiveController(self, plan, layer_dims, cost=cost, run=run)
 
-    # ------------------------------------------------------------------ device side
-
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
     ):
@@ -153,17 +146,8 @@ class AdaptiveController(Controller):
     """The host half of adaptive widths in one run (:class:`AdaQP`, or :class:`PipeGCN
     <jaxgraph.comm.pipegcn.PipeGCN>` with ``quantize="adaptive"``): at each period boundary
     (or ``lookahead`` epochs before it) gathers the traces, solves the program per exchange
-    key and installs the new assignment; keeps the cost model, the pending lookahead solve
-    and the latest log.
-
-    Args:
-      exchange: the method (its ``assign``, ``period``, ``chunks``, ``score`` and
-        ``param_dtype``).
-      plan, layer_dims: the run's plan and the width of each layer's rows.
-      cost: a :class:`~jaxgraph.comm.costmodel.CostModel` for the mesh, or ``None`` to build
-        one from ``assign.interconnect`` when the first program is set up.
-      run: the run (its length sets a period of 0; its model, the aggregation the scores
-        weigh).
+    key and installs the new assignment. Without a ``cost`` model it builds one from
+    ``assign.interconnect`` when first needed.
     """
 
     def __init__(self, exchange, plan, layer_dims, *, cost=None, run: RunInfo | None = None):
@@ -219,16 +203,22 @@ class AdaptiveController(Controller):
     def _is_boundary(self, epoch: int) -> bool:
         return epoch > 1 and (epoch - 1) % self.period == 0
 
+    def _gather_and_decide(self, comm_state):
+        """``(traces, current assignment, new assignment, its log)`` from ``comm_state``."""
+        t0 = time.perf_counter()
+        traces, current = jax.tree.map(to_host, (comm_state.trace, comm_state.bits))
+        t_gather = time.perf_counter() - t0
+        assignment, info = self._decide(traces, current)
+        info["gather_time"] = t_gather
+        return traces, current, assignment, info
+
     def update(self, comm_state, *, epoch):
         lookahead = self.config.lookahead
         if lookahead and self._is_boundary(epoch + lookahead):
             # Solve now; the assignment takes over at the boundary. Only `next_bits` changes,
             # so the step keeps its layout (no re-jit); the traces keep accumulating.
-            t0 = time.perf_counter()
-            traces, current = jax.tree.map(to_host, (comm_state.trace, comm_state.bits))
-            t_gather = time.perf_counter() - t0
-            assignment, info = self._decide(traces, current)
-            info.update(gather_time=t_gather, solved_at=epoch)
+            traces, current, assignment, info = self._gather_and_decide(comm_state)
+            info["solved_at"] = epoch
             state = self.state_of(current, upcoming=assignment, traces=traces)
             boundary = epoch + lookahead
             self._pending = {"boundary": boundary, "state": self.state_of(assignment), "log": info}
@@ -245,11 +235,7 @@ class AdaptiveController(Controller):
             }
             self._pending = None
         else:
-            t0 = time.perf_counter()
-            traces, current = jax.tree.map(to_host, (comm_state.trace, comm_state.bits))
-            t_gather = time.perf_counter() - t0
-            assignment, info = self._decide(traces, current)
-            info["gather_time"] = t_gather
+            _, _, assignment, info = self._gather_and_decide(comm_state)
         info["epoch"] = epoch
         self.last_update = info
         return self.state_of(assignment)
@@ -277,7 +263,7 @@ class AdaptiveController(Controller):
 
     def _decide(self, traces, previous):
         """The new assignment and its log; in a multi-process run process 0 solves (a
-        time-limited solve need not give the same answer twice) and broadcasts it."""
+        time-limited solve need not repeat) and broadcasts it."""
         if jax.process_count() == 1:
             return self.solve(traces, previous)
         from jax.experimental import multihost_utils
@@ -365,9 +351,7 @@ class AdaptiveController(Controller):
         log = {"solve_time": solve_time, "keys": {}}
         for key, (channel_bits, info) in results.items():
             layer, backward = int(key[3:]), key.startswith("bwd")
-            target = bwd if backward else fwd
-            rounds = _bits_from_channels(channel_bits, plan, backward)
-            target[layer] = rounds
+            (bwd if backward else fwd)[layer] = _bits_from_channels(channel_bits, plan, backward)
             log["keys"][key] = info
         assignment = BitAssignment(
             fwd=tuple(tuple(r) for r in fwd), bwd=tuple(tuple(r) for r in bwd)
@@ -381,7 +365,6 @@ class AdaptiveController(Controller):
         across runs and methods)."""
         plan = self.plan
         param_bytes = PARAM_BYTES[self.param_dtype]
-        # Once for every model.
         per_channel = channel_bytes(plan, assignment, self.layer_dims, param_bytes)
         cost = self.cost_model()
         projected = {"model": sum(comm_time(per_channel, cost).values())}
@@ -389,18 +372,11 @@ class AdaptiveController(Controller):
             preset_cost = AssignConfig(interconnect=preset).cost_model(plan.num_parts)
             projected[preset] = sum(comm_time(per_channel, preset_cost).values())
         return {
-            "widths": _used_widths(assignment, plan),
+            # Message counts per width and key; layer 0 has no backward exchange.
+            "widths": {k: v for k, v in assignment.width_counts(plan).items() if k != "bwd0"},
             "cost_model": cost.source,
             "projected": projected,
         }
-
-
-# ---------------------------------------------------------------------- projection
-
-
-def _used_widths(assignment: BitAssignment, plan: HaloPlan) -> dict:
-    """Message counts per width and exchange key; layer 0 has no backward exchange."""
-    return {k: v for k, v in assignment.width_counts(plan).items() if k != "bwd0"}
 
 
 def _channels(beta, plan: HaloPlan, backward: bool) -> list:

@@ -1,34 +1,24 @@
-"""Widths per owner block for the quantized broadcasts of the block-row layout (Sancus,
-CAGNET).
+"""Widths per owner block for the quantized broadcasts of the block-row layout (Sancus, CAGNET).
 
 A broadcast sends one encoding to every receiver, so a width belongs to an owner block and a
-layer, and the reduction of that block's gradient has a width of its own; the time of a
-broadcast is its tree's, which waits for its slowest link in every round. Two ways to choose
-them, re-decided every ``period`` epochs by :class:`BlockWidthsController`:
+layer (its gradient's reduction has its own), and a broadcast takes its tree's time, the slowest
+link of every round. :class:`BlockWidthsController` re-decides them every ``period`` epochs:
 
-* ``random``: each block's forward and backward width drawn uniformly from the candidates, from
-  the seed and the period index (AdaQP's random baseline, per block).
-* ``adaptive``: AdaQP's bi-objective per block. Over the last period the step traces, per
-  layer, each owner's rows' range variance ``(F / 6) (max - min)^2`` when its block was
-  broadcast, and each device's gradient partial for every other block (through the exchange's
-  probe). A block's forward weight is ``V_j = sum_v w_v traced_v`` with ``w_v`` the sum of the
-  squared aggregation coefficients of row ``v`` over its remote receivers (the seed's
-  ``beta_k``); its backward weight the summed trace of the partials reduced to it. For each
-  layer and direction the widths minimise::
+* ``random``: each block's widths drawn from the candidates by seed and period index.
+* ``adaptive``: AdaQP's bi-objective per block. The step traces each owner's rows' range
+  variance ``(F / 6) (max - min)^2`` and each device's gradient partials (through the probe).
+  A block's forward weight is ``V_j = sum_v w_v traced_v``, ``w_v`` the sum of squared
+  aggregation coefficients of row ``v`` over its remote receivers (the seed's ``beta_k``); its
+  backward weight the summed trace of the partials reduced to it. Per layer and direction::
 
       lam (sum_j V_j phi(b_j) - V_u) / (V_n - V_u) + (1 - lam) (sum_j T_j(b_j) - T_u) / (T_n - T_u)
 
-  with ``phi(b) = 1 / (2^b - 1)^2`` (0 at 32 bits), ``T_j(b)`` block ``j``'s tree time under the
-  cost model (per round, the slowest of its links, ``theta * MiB + gamma``), and ``V_n, V_u``
-  / ``T_n, T_u`` the totals with every block at the narrowest / widest candidate. The
-  broadcasts of a layer run one after another, so both terms are sums over blocks and the
-  program separates: each block takes the width of least cost, exactly. Zero denominators drop
-  their term, as in :mod:`jaxgraph.comm.assign`.
+  with ``phi(b) = 1 / (2^b - 1)^2`` (0 at 32 bits), ``T_j(b)`` block ``j``'s tree time (per
+  round, its slowest link ``theta * MiB + gamma``), ``V_n, V_u`` / ``T_n, T_u`` the totals at the
+  narrowest / widest candidate. A layer's broadcasts run one after another, so both terms sum
+  over blocks and each block takes its cheapest width, exactly; a zero denominator drops its term.
 
-The layer state of every block-row method has a field ``quant``: None, or for a layer whose
-widths change, a :class:`LayerWidths` (``widths``, static: a new assignment compiles a new
-step; ``bits``, the same widths as data, so a checkpoint restores them; and, when adaptive,
-``trace``, a :class:`WidthTrace`).
+A layer's state has a field ``quant``: None, or a :class:`LayerWidths`.
 """
 
 from __future__ import annotations
@@ -78,8 +68,9 @@ class WidthTrace(NamedTuple):
 
 
 class LayerWidths(NamedTuple):
-    """The widths in force in one layer: ``widths`` (static), ``bits: int32[P, 2, P]`` (the
-    same as data, for checkpoints) and, for adaptive widths, their ``trace``."""
+    """The widths in force in one layer: ``widths`` (static: a new assignment compiles a new
+    step), ``bits: int32[P, 2, P]`` (the same as data, for checkpoints) and, for adaptive
+    widths, their ``trace``."""
 
     widths: BlockWidths
     bits: Any
@@ -158,17 +149,9 @@ def tree_seconds(num_parts: int, source: int, mib: float, cost, *, reverse: bool
 def choose_widths(
     weights: np.ndarray, seconds: np.ndarray, candidates: tuple[int, ...], lam: float
 ) -> tuple[tuple[int, ...], dict]:
-    """The separable program of the module docstring for one layer and direction.
-
-    Args:
-      weights: ``V_j >= 0`` per block, ``[P]``.
-      seconds: ``T_j(b)`` per block and candidate, ``[P, W]``.
-      candidates: the widths, ascending.
-      lam: weight of the variance term, in ``[0, 1]``.
-
-    Returns:
-      ``(width per block, {"variance", "seconds"})`` of the solution.
-    """
+    """The separable program of the module docstring for one layer and direction, from the
+    weights ``V_j >= 0`` (``[P]``) and times ``T_j(b)`` (``[P, W]``) of each block at each of the
+    ascending ``candidates``: ``(width per block, {"variance", "seconds"})`` of the solution."""
     var = weights[:, None] * variance_factor(np.asarray(candidates))[None, :]  # [P, W]
     v_n, v_u = var[:, 0].sum(), var[:, -1].sum()
     t_n, t_u = seconds[:, -1].sum(), seconds[:, 0].sum()
@@ -191,11 +174,8 @@ def choose_widths(
 
 class BlockWidthsController(Controller):
     """Host half of widths per owner block: installs the next period's widths at each
-    boundary (random draws known ahead; adaptive solved from the traces of the period).
-
-    The exchange (a block-row method) declares which layers carry widths
-    (``quantized_layers``); ``q`` is its widths in the run (:class:`BlockQuantize`); a block
-    has the plan's ``num_local_rows`` rows.
+    boundary (random draws known ahead; adaptive solved from the traces of the period), in the
+    layers the block-row exchange's ``quantized_layers`` names.
     """
 
     def __init__(self, exchange, plan, layer_dims, *, q: BlockQuantize, cost=None):
@@ -205,15 +185,10 @@ class BlockWidthsController(Controller):
         self._upcoming: tuple | None = None
 
     def init_state(self, *, epoch: int = 0):
-        """The exchange's state with the widths in force after ``epoch`` epochs (random: that
-        period's draw; adaptive: the first period's uniform width)."""
-        state = list(super().init_state(epoch=epoch))
-        p, rows = self.plan.num_parts, self.plan.num_local_rows
-        traced = self.q.mode == "adaptive"
-        for layer in self._layers():
-            widths = initial_widths(self.q, p, layer, epoch)
-            state[layer] = state[layer]._replace(quant=widths_state(widths, p, rows, traced))
-        return tuple(state)
+        """The exchange's state with the widths in force after ``epoch`` epochs."""
+        p = self.plan.num_parts
+        widths = {layer: initial_widths(self.q, p, layer, epoch) for layer in self._layers()}
+        return self._install(super().init_state(epoch=epoch), widths)
 
     def _boundary(self, epoch: int) -> bool:
         # One part broadcasts nothing: the widths never change.
@@ -253,14 +228,11 @@ class BlockWidthsController(Controller):
         return self._upcoming
 
     def resume(self, *, epoch, saved):
-        state = list(self.init_state(epoch=epoch))
-        p, rows = self.plan.num_parts, self.plan.num_local_rows
+        state, widths = self.init_state(epoch=epoch), {}
         for layer in self._layers():
             bits = saved_like(saved, state[layer].quant.bits, f"[{layer}].quant.bits")
-            widths = BlockWidths(tuple(map(int, bits[0, 0])), tuple(map(int, bits[0, 1])))
-            entries = widths_state(widths, p, rows, self.q.mode == "adaptive")
-            state[layer] = state[layer]._replace(quant=entries)
-        return tuple(state)
+            widths[layer] = BlockWidths(tuple(map(int, bits[0, 0])), tuple(map(int, bits[0, 1])))
+        return self._install(state, widths)
 
     def log(self, epoch: int) -> dict:
         """The adaptive widths installed before ``epoch``, per key, with their projected

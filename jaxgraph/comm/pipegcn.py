@@ -1,47 +1,25 @@
 """PipeGCN: pipelined halo exchange with one step of staleness in both passes.
 
 Wan et al., "PipeGCN: Efficient full-graph training of graph convolutional networks with
-pipelined feature communication", ICLR 2022. The exchange runs on the
-:class:`~jaxgraph.partition.HaloPlan` ring (the rows each peer needs, as Vanilla sends them),
-but a layer never waits for this step's messages:
+pipelined feature communication", ICLR 2022. Runs on the Vanilla ring of the
+:class:`~jaxgraph.partition.HaloPlan`, but a layer never waits for this step's messages:
 
-- **Forward.** At step ``t`` layer ``l`` aggregates the halo rows its peers sent at step
-  ``t - 1`` (zeros at step 0); this step's boundary rows are sent now and stored in
-  ``comm_state`` for step ``t + 1``.
-- **Backward.** The gradient rows of the halo (``dL/dh_halo``) go back along the reversed
-  ring to the owners, which add them to their boundary rows at step ``t + 1``; at step ``t``
-  the owners add the halo gradients of step ``t - 1`` instead (zeros at step 0). A
-  ``custom_vjp`` injects the stored gradient; the fresh one leaves the backward pass through
-  the exchange's probe (:meth:`CommStrategy.probes`): its cotangent is the scatter-add of the
-  received gradient rows onto this device's local rows, which :meth:`PipeGCN.absorb_probes`
-  stores.
-- **Order.** The exchange happens before dropout (:attr:`exchange_before_dropout`): the
-  halo rows arrive undropped and the receiver draws their dropout mask, as in the reference
-  implementation, where ``cat(h, halo)`` is dropped out as a whole.
-- **Smoothing** (PipeGCN-F / -G): ``avg <- gamma avg + (1 - gamma) recv`` per layer for the
-  features and/or the gradients (``gamma = 0.95``), started at zero without bias correction,
-  used in place of the raw received rows.
-- **Staleness off** (``stale=False``): a synchronous ring exchange whose gradient is autodiff's
-  transpose, after dropout: Vanilla, bit for bit (the reference's synchronous mode exchanges
-  before dropout; here that order is kept for the pipeline only, since it changes the
-  accumulation order of a row's gradient terms and so the last bits).
+- **Forward.** At step ``t`` layer ``l`` aggregates the halo rows sent at step ``t - 1`` (zeros
+  at step 0); this step's boundary rows are sent now and stored for step ``t + 1``.
+- **Backward.** The halo gradients ``dL/dh_halo`` go back along the reversed ring; the owners add
+  those of step ``t - 1`` (zeros at step 0): a ``custom_vjp`` injects the stored one, the fresh
+  one leaves through the exchange's probe (:meth:`PipeGCN.absorb_probes` stores it).
+- **Order.** Exchange before dropout: the receiver masks the halo (the reference drops out
+  ``cat(h, halo)``).
+- **Smoothing** (PipeGCN-F / -G): ``avg <- gamma avg + (1 - gamma) recv`` per layer (``gamma =
+  0.95``), started at zero without bias correction, used in place of the received rows.
+- ``stale=False``: the synchronous ring after dropout, Vanilla bit for bit.
 
-``comm_state`` is a :class:`PipeLayer` per layer (empty with ``stale=False`` in fp32): the
-halo rows for the next step and the received halo gradients (averaging per peer and after the
-scatter-add are the same linear map).
+``comm_state`` is a :class:`PipeLayer` per layer. Staleness hides bytes, quantization cuts them:
 
-- **Quantized** (``quantize=b``): the stale rows and gradients travel at ``b`` bits with the
-  kernels, wire format and byte accounting of :mod:`jaxgraph.comm.quantized`, one fixed
-  layout per layer and direction in ``comm_state``; what is stored is what the receiver
-  decoded; ``b = 32`` trains as the fp32 ring to rounding.
-- **Adaptive widths** (``quantize="adaptive"``): AdaQP's widths per message group for the
-  stale messages; the step traces the rows and gradient rows it sends, and every period
-  :class:`StaleAdaptiveController` solves AdaQP's program from them and installs the new
-  layouts, keeping the stale buffers (:attr:`~jaxgraph.comm.adaptive.AdaptiveState.pipe`).
-
-Bytes: the same ring as Vanilla, forward at every layer and backward at layers after the
-first; staleness hides the transfers behind computation but does not shrink them;
-quantization does.
+- ``quantize=None``: fp32 rows and gradients.
+- ``quantize=b``: ``b``-bit codes (:mod:`jaxgraph.comm.quantized`), one layout a layer and pass.
+- ``quantize="adaptive"``: AdaQP's widths, re-solved each period (:class:`StaleAdaptiveController`).
 """
 
 from __future__ import annotations
@@ -63,6 +41,7 @@ from jaxgraph.comm.adaptive import (
     zero_trace_probe,
 )
 from jaxgraph.comm.adaqp import AdaptiveController
+from jaxgraph.comm.blockrow import replace_layer
 from jaxgraph.comm.method import (
     Method,
     RunInfo,
@@ -79,7 +58,7 @@ from jaxgraph.comm.qring import (
     slot_variances,
 )
 from jaxgraph.comm.ring import ring_exchange, ring_perm
-from jaxgraph.comm.strategy import CommStrategy, Controller
+from jaxgraph.comm.strategy import CommStrategy, Controller, ring_bytes
 from jaxgraph.comm.wirebytes import exchange_bytes
 from jaxgraph.configfile import from_dict
 from jaxgraph.mesh import to_host, to_varying, varying_axes
@@ -95,9 +74,8 @@ class PipeLayer(NamedTuple):
     Attributes:
       halo: ``f32[H, F]``, the halo rows (or their average) the next step reads; None when
         synchronous.
-      grad: ``f32[Nl, F]``, the halo gradients received, scatter-added onto the local rows (or
-        their average), which the next step adds; None at the first layer (its input is data)
-        and when synchronous.
+      grad: ``f32[Nl, F]``, the halo gradients received (or their average), scatter-added onto
+        the local rows, which the next step adds; None at layer 0 and when synchronous.
       fwd, bwd: the layer's fixed quantized layouts (``quantize=b``), else None.
     """
 
@@ -118,16 +96,9 @@ class StaleProbe(NamedTuple):
 def reverse_ring_scatter(
     g_halo: jax.Array, send_idx, *, num_local: int, axis_name: str, num_parts: int
 ) -> jax.Array:
-    """Halo-row gradients back to their owners, added onto the rows they came from.
-
-    The transpose of :func:`~jaxgraph.comm.ring.ring_exchange`: round ``r``'s received block
-    travels back along ``d -> (d - r) mod P`` and is scatter-added into the sender's rows
-    ``send_idx[r-1]`` (pad slots carry whatever the receiver computed for them, which is zero:
-    no edge reads a pad slot).
-
-    Shapes:
-      ``g_halo: [H, F]``, ``send_idx[r-1]: int32[S_r]`` -> ``[num_local, F]``.
-    """
+    """Halo-row gradients ``[H, F]`` back to their owners, scatter-added onto the rows they
+    came from (``[num_local, F]``): the transpose of :func:`~jaxgraph.comm.ring.ring_exchange`,
+    round ``r`` travelling ``d -> d - r`` (pad slots carry zeros: no edge reads them)."""
     g = jnp.zeros((num_local, g_halo.shape[-1]), g_halo.dtype)
     start = 0
     for r, idx in enumerate(send_idx, start=1):
@@ -141,19 +112,12 @@ def reverse_ring_scatter(
 
 
 def stale_halo(h_local, probe, halo, grad, route, *, send_back):
-    """The stored halo ``halo`` as this step's halo, with PipeGCN's stale backward.
+    """The stored halo ``halo [H, F]`` as this step's halo, with PipeGCN's stale backward.
 
-    Forward: returns ``halo`` (its value does not depend on ``h_local``). Backward: the
-    cotangent of ``h_local`` is ``grad`` (the gradient its peers sent at the previous step),
-    and the cotangent of ``probe`` is ``send_back(g_halo, route)``: the halo cotangent sent
-    to the owners now (:func:`reverse_ring_scatter` in fp32, or the quantized reverse ring),
-    for the next step, or with adaptive widths a :class:`StaleProbe` of it and the trace of
-    the rows sent, shaped like ``probe``. ``halo``, ``grad`` and ``route``
-    (the index arrays and keys ``send_back`` needs, passed explicitly rather than closed
-    over) get none.
-
-    Shapes:
-      ``h_local, probe, grad: [Nl, F]``, ``halo: [H, F]`` -> ``[H, F]``.
+    Backward: the cotangent of ``h_local [Nl, F]`` is ``grad`` (what the peers sent at the
+    previous step) and that of ``probe`` is ``send_back(g_halo, route)``, the halo cotangent
+    sent to the owners now (a :class:`StaleProbe` with adaptive widths). ``route`` holds the
+    index arrays and keys ``send_back`` needs, passed rather than closed over.
     """
 
     @jax.custom_vjp
@@ -177,18 +141,18 @@ def stale_halo(h_local, probe, halo, grad, route, *, send_back):
 
 @dataclasses.dataclass(frozen=True)
 class PipeGCN(Method, CommStrategy):
-    """Pipelined ring exchange: halo rows and halo gradients one step stale (module
-    docstring).
+    """Pipelined ring exchange: halo rows and halo gradients one step stale.
 
     Attributes:
       stale: ``False`` runs the synchronous exchange (staleness off), for comparison.
-      feature_momentum, gradient_momentum: ``gamma`` of the moving average of the stale halo
-        rows (PipeGCN-F) or gradients (PipeGCN-G), in ``[0, 1)``; ``None`` for none.
+      feature_momentum: ``gamma`` of the moving average of the stale halo rows (PipeGCN-F),
+        in ``[0, 1)``; ``None`` for none.
+      gradient_momentum: ``gamma`` of the moving average of the stale halo gradients
+        (PipeGCN-G), in ``[0, 1)``; ``None`` for none.
       quantize: ``None`` (fp32 rows), or ``2``, ``4``, ``8``: the halo rows and halo
         gradients travel stochastically quantized at that width (the kernels and wire format
         of :mod:`jaxgraph.comm.quantized`); ``32``: the quantized byte path with exact rows.
-        ``"adaptive"``: widths per message group re-solved every ``period`` epochs by AdaQP's
-        program from the stale messages' traces (needs ``stale``).
+        ``"adaptive"``: AdaQP's widths (needs ``stale``).
       period, assign, chunks, score: the adaptive widths' settings, as
         :class:`~jaxgraph.comm.adaqp.AdaQP`'s; they apply to ``quantize="adaptive"`` only.
     """
@@ -284,8 +248,7 @@ class PipeGCN(Method, CommStrategy):
 
     @property
     def exchange_before_dropout(self) -> bool:
-        # The synchronous mode keeps Vanilla's order, so that it is Vanilla bit for bit (the
-        # order changes how autodiff accumulates a row's gradient terms, by a few ulp).
+        # Synchronous: Vanilla's order, so that it is Vanilla bit for bit.
         return self.stale
 
     @property
@@ -309,8 +272,7 @@ class PipeGCN(Method, CommStrategy):
         # Zeros are also the shape template a checkpoint restores into, whatever the epoch.
         del epoch
         if self.adaptive:
-            # AdaQP's state (layouts, assignment, traces) and the pipeline's buffers, under
-            # RunInfo's defaults (the controller gives the run's own).
+            # AdaQP's state and the pipeline's buffers, under RunInfo's defaults.
             return StaleAdaptiveController(self, plan, layer_dims).init_state()
         layers = (
             self.pipe_state(plan, layer_dims) if self.stale else (PipeLayer(),) * len(layer_dims)
@@ -336,9 +298,9 @@ class PipeGCN(Method, CommStrategy):
 
     def _with_layer(self, comm_state, layer, new: PipeLayer):
         if self.adaptive:
-            pipe = _replace(comm_state.pipe, layer, new._replace(fwd=None, bwd=None))
+            pipe = replace_layer(comm_state.pipe, layer, new._replace(fwd=None, bwd=None))
             return comm_state._replace(pipe=pipe)
-        return _replace(comm_state, layer, new)
+        return replace_layer(comm_state, layer, new)
 
     def exchange(
         self, h_local, shard, comm_state, *, layer, axis_name, num_parts, key=None, probe=None
@@ -409,30 +371,23 @@ class PipeGCN(Method, CommStrategy):
     def _bytes(self, h_local, shard, fwd_layout, bwd_layout, layer, axis_name, num_parts):
         """Bytes one device sends at ``layer``: forward rows, and gradient rows after the
         first layer (whose input is data)."""
+        if self.quantize is None:
+            return ring_bytes(h_local, shard.send_idx, layer)
         dim = h_local.shape[-1]
-        if self.quantize is not None:
-            nbytes = exchange_bytes(fwd_layout, dim, axis_name, num_parts)
-            if layer > 0:
-                nbytes = nbytes + exchange_bytes(bwd_layout, dim, axis_name, num_parts)
-            return nbytes
-        payload = sum(idx.shape[0] for idx in shard.send_idx) * dim
-        passes = 1 if layer == 0 else 2
-        return jnp.float32(passes * payload * h_local.dtype.itemsize)
+        nbytes = exchange_bytes(fwd_layout, dim, axis_name, num_parts)
+        if layer > 0:
+            nbytes = nbytes + exchange_bytes(bwd_layout, dim, axis_name, num_parts)
+        return nbytes
 
     def probes(self, comm_state, num_layers):
         if not self.stale:
             return None
-        out = []
-        for layer in range(num_layers):
-            if layer == 0:
-                out.append(None)
-                continue
+
+        def probe(layer):  # layer 0 has none: its input is data
             grad = jnp.zeros_like(self._layer(comm_state, layer).grad)
-            if self.adaptive:
-                out.append(StaleProbe(grad, zero_trace_probe(comm_state, layer)))
-            else:
-                out.append(grad)
-        return tuple(out)
+            return StaleProbe(grad, zero_trace_probe(comm_state, layer)) if self.adaptive else grad
+
+        return tuple(None if layer == 0 else probe(layer) for layer in range(num_layers))
 
     def absorb_probes(self, comm_state, probe_grads):
         if not self.stale:
@@ -451,15 +406,11 @@ class PipeGCN(Method, CommStrategy):
 
 
 class StaleAdaptiveController(AdaptiveController):
-    """AdaQP's controller (:class:`~jaxgraph.comm.adaqp.AdaptiveController`) for PipeGCN
-    with adaptive widths: it gathers the stale messages' traces, solves and installs each
-    period's assignment as for the synchronous ring, and carries the pipeline's buffers
-    (stale halos and gradients) across the change of widths: what was received under the
-    old widths is what the next step reads."""
+    """AdaQP's :class:`~jaxgraph.comm.adaqp.AdaptiveController` for PipeGCN with adaptive
+    widths, carrying the stale halos and gradients across each change of widths."""
 
     def state_of(self, assignment, **kw) -> AdaptiveState:
-        # Zero buffers: the shape template of a compiled-ahead step or a checkpoint restore;
-        # update() puts the live ones in.
+        # Zero buffers (a shape template); update() puts the live ones in.
         pipe = self.exchange.pipe_state(self.plan, self.layer_dims)
         return super().state_of(assignment, **kw)._replace(pipe=pipe)
 
@@ -481,10 +432,6 @@ def _smooth(avg, recv, momentum):
     if momentum is None:
         return recv
     return momentum * avg + (1.0 - momentum) * recv
-
-
-def _replace(comm_state, layer, new):
-    return tuple(new if k == layer else s for k, s in enumerate(comm_state))
 
 
 __all__ = [

@@ -42,16 +42,14 @@ class Quantized(Method, CommStrategy):
       period: epochs per draw (0: ``epochs // 5``).
       chunks: layout of the exchange under changing widths: ``J >= 1`` one layout (and one
         compiled step) for the whole run; 0 exact buffers and a step per draw; ``None`` the
-        backend's default (:func:`jaxgraph.partition.buckets.default_chunks`). A fixed width
-        never changes, so its layout is always exact.
+        backend's default (:func:`jaxgraph.partition.buckets.default_chunks`).
       compile_ahead: compile the next draw's step in a thread while the current one trains.
       param_dtype: the precision of each quantized row's ``(scale, lo)`` on the wire:
         ``"float32"`` (8 bytes per row) or ``"bfloat16"`` (4; the kernel rounds the parameters
         first, so the message stays unbiased; :mod:`pallas_kernels.quantize`).
 
     ``widths``, ``period``, ``chunks`` and ``compile_ahead`` apply to ``bits="random"`` only;
-    ``param_dtype`` to every width but 32 (fp32 rows carry no parameters). The draws of a run
-    follow from its seed and the period index (:class:`QuantizedWidths`).
+    ``param_dtype`` to every width but 32.
     """
 
     bits: int | Literal["random"] = 8
@@ -126,8 +124,7 @@ class Quantized(Method, CommStrategy):
         return BitAssignment.uniform(plan, num_layers, self.bits)
 
     def init_state(self, plan, layer_dims, *, epoch: int = 0):
-        """The state after ``epoch`` epochs of a run with :class:`RunInfo`'s defaults (the
-        run's own comes from :meth:`controller`)."""
+        """The state after ``epoch`` epochs under :class:`RunInfo`'s defaults."""
         return QuantizedWidths(self, plan, layer_dims).init_state(epoch=epoch)
 
     def controller(self, plan, layer_dims, *, cost=None, run=None):
@@ -152,8 +149,7 @@ class Quantized(Method, CommStrategy):
 
 class QuantizedWidths(Controller):
     """Host half of :class:`Quantized` in one run: the fixed width's layout, or random widths
-    re-drawn every period from the run's seed and the period index, so that the next draw is
-    known (and its step compiled) a whole period ahead.
+    re-drawn every period from the run's seed and the period index (known a period ahead).
 
     Attributes:
       period: epochs per draw in this run.

@@ -1,9 +1,8 @@
 """The communication-strategy interface and its first method, Vanilla.
 
-A strategy moves rows between devices inside a ``shard_map`` program and carries its own
-state (caches, stale halos, statistics) in ``comm_state``, a pytree that lives inside the train
-state. Models never see the strategy: they call a :class:`jaxgraph.models.Propagator`, which
-calls :meth:`CommStrategy.exchange`.
+A strategy moves rows between devices inside ``shard_map`` and keeps its state (caches, stale
+halos, statistics) in ``comm_state``, a pytree in the train state. Models call it through a
+:class:`jaxgraph.models.Propagator`.
 """
 
 from __future__ import annotations
@@ -27,62 +26,41 @@ CommState = Any
 class CommStrategy(abc.ABC):
     """How halo rows travel between devices: the device half of a strategy.
 
-    A strategy is an immutable description (hashable, so a jitted step can close over it)
-    whose :meth:`exchange` runs inside ``shard_map``; everything that changes during training
-    lives in ``comm_state`` (device) or in the strategy's :class:`Controller` (host), which
-    :meth:`controller` binds to one run's plan and layer widths.
+    Immutable and hashable (a jitted step closes over it); what changes during training lives
+    in ``comm_state`` (device) or in the strategy's :class:`Controller` (host).
     """
 
     name: str = "abstract"
-    # The plan the strategy runs on: "halo" (build_halo_plan: 1-hop halos on the ring) or
-    # "block" (build_block_halo_plan: every block row, CAGNET / Sancus / SkipG).
+    # The plan: "halo" (1-hop halos on the ring) or "block" (every block row: CAGNET, Sancus).
     layout: ClassVar[str] = "halo"
-    # Local gradient clipping threshold the training step applies (Sancus), or None.
-    local_grad_clip: float | None = None
-    # True: the model exchanges a layer's input rows before its dropout, and drops out the
-    # received halo rows with its own mask (PipeGCN); False: the rows travel after dropout.
+    local_grad_clip: float | None = None  # the step's local gradient clipping (Sancus)
+    # True: rows travel before dropout and the receiver drops the halo out itself (PipeGCN).
     exchange_before_dropout: bool = False
 
     def init_state(
         self, plan: HaloPlan, layer_dims: tuple[int, ...], *, epoch: int = 0
     ) -> CommState:
-        """Host-side ``comm_state`` in force after ``epoch`` completed epochs (leaves stacked
-        with a leading ``P`` axis), for strategies whose state follows from the plan and the
-        epoch alone; ``epoch > 0`` gives the structure a checkpoint taken at that epoch
-        restores into.
-
-        Args:
-          plan: the halo plan of the run.
-          layer_dims: the feature width of the rows exchanged at each layer.
-          epoch: number of completed epochs.
-        """
+        """Host-side ``comm_state`` (leaves ``[P, ...]``) in force after ``epoch`` completed
+        epochs, for strategies whose state follows from the plan and the epoch alone; also the
+        structure a checkpoint taken at that epoch restores into."""
         del plan, layer_dims, epoch
         return {}
 
     def controller(
         self, plan: HaloPlan, layer_dims: tuple[int, ...], *, cost=None, run=None
     ) -> Controller:
-        """The host half of this strategy, bound to one run's plan and layer widths.
-
-        Args:
-          plan: the run's plan.
-          layer_dims: the width of the rows each layer exchanges.
-          cost: a :class:`~jaxgraph.comm.costmodel.CostModel` measured on the run's mesh, for
-            controllers that decide from one (AdaQP); ``None``: their configured preset.
-          run: the run's :class:`~jaxgraph.comm.method.RunInfo` (length, seed, model), for
-            controllers that depend on it (periods, random draws); ``None``: its defaults.
-        """
+        """The host half of this strategy, bound to one run's plan and layer widths, with the
+        run's measured :class:`~jaxgraph.comm.costmodel.CostModel` (``None``: the configured
+        preset) and :class:`~jaxgraph.comm.method.RunInfo` (``None``: its defaults)."""
         del cost, run
         return Controller(self, plan, layer_dims)
 
     def probes(self, comm_state: CommState, num_layers: int):
         """Per layer, a pytree of zeros that the exchange takes as ``probe=``, or ``None``.
 
-        The training step differentiates the loss with respect to the probes as well as the
-        parameters; a probe's cotangent carries whatever the exchange's backward pass wants
-        to record (e.g. statistics of the gradient rows it sends), and
-        :meth:`absorb_probes` folds it into ``comm_state``. Runs inside ``shard_map`` (this
-        device's ``comm_state``, no leading axis).
+        The step differentiates the loss with respect to the probes too: a probe's cotangent
+        carries what the exchange's backward pass records (e.g. statistics of the gradient rows
+        it sends), which :meth:`absorb_probes` folds into ``comm_state`` (inside ``shard_map``).
         """
         del comm_state, num_layers
         return None
@@ -105,46 +83,30 @@ class CommStrategy(abc.ABC):
         key: jax.Array | None = None,
         probe=None,
     ) -> tuple[jax.Array, CommState, jax.Array]:
-        """Delivers this device's halo rows.
-
-        Args:
-          h_local: this device's rows of the layer's input.
-          shard: this device's :class:`GraphShard`.
-          comm_state: this device's ``comm_state`` (no leading axis).
-          layer: the layer's index.
-          axis_name, num_parts: the mesh axis and its size.
-          key: a PRNG key for the layer (stochastic strategies).
-          probe: this layer's entry of :meth:`probes` (``None`` for strategies without).
+        """Delivers this device's halo rows, from its rows ``h_local [Nl, F]`` of the layer's
+        input and its ``comm_state`` (no leading axis); ``key`` is the layer's PRNG key and
+        ``probe`` its entry of :meth:`probes`.
 
         Returns:
-          ``(h_remote, comm_state', bytes_moved)``: the halo rows in the plan's halo layout,
-          the updated state, and the bytes this device put on the wire for this exchange
-          (forward and backward), as an ``f32[]`` scalar.
-
-        Shapes:
-          ``h_local: [Nl, F] -> h_remote: [H, F]``.
+          ``(h_remote [H, F], comm_state', bytes_moved)``: the halo rows in the plan's halo
+          layout, the updated state, and the bytes this device sends for this exchange (forward
+          and backward), ``f32[]``.
         """
 
 
 class Controller:
     """The host half of a strategy, bound once to a run's plan and layer widths.
 
-    Between epochs the training loop asks the controller for the ``comm_state`` the next
-    epochs run on (:meth:`update`), for the state it has already decided will follow (to
-    compile that step ahead, :meth:`upcoming`), for the state a checkpoint restores into
-    (:meth:`resume`), and for what its last decision was (:meth:`log`). Everything a strategy
-    decides on the host (traced statistics gathered, bit assignments, schedules, the cost
-    model) lives here, never on the frozen exchange.
-
-    This base controller installs the exchange's :meth:`CommStrategy.init_state` and never
-    changes it; strategies that decide between epochs subclass it.
+    Between epochs the loop asks it for the next ``comm_state`` (:meth:`update`), the state
+    already decided to follow (:meth:`upcoming`), the state a checkpoint restores into
+    (:meth:`resume`) and its last decision (:meth:`log`). This base installs
+    :meth:`CommStrategy.init_state` and never changes it.
 
     Attributes:
       exchange: the strategy's device half.
       plan: the run's plan.
       layer_dims: the width of the rows each layer exchanges.
-      last_update: what the latest decision installed (epoch, widths, solver figures), or
-        ``None``.
+      last_update: what the latest decision installed (epoch, widths, solver figures), or None.
     """
 
     def __init__(self, exchange: CommStrategy, plan: HaloPlan, layer_dims: tuple[int, ...]):
@@ -158,36 +120,28 @@ class Controller:
         return self.exchange.init_state(self.plan, self.layer_dims, epoch=epoch)
 
     def update(self, comm_state: CommState, *, epoch: int) -> CommState | None:
-        """Host-side decision before epoch ``epoch`` (1-indexed), outside the jitted step.
-
-        Returns a new host-side ``comm_state`` (e.g. a new bit assignment, whose new buffer
-        sizes re-jit the step) or ``None`` to keep the current one.
-        """
+        """A new host-side ``comm_state`` before epoch ``epoch`` (1-indexed), or ``None`` to
+        keep the current one."""
         del comm_state, epoch
         return None
 
     def upcoming(self, comm_state: CommState, *, epoch: int) -> tuple[int, CommState] | None:
-        """The next change :meth:`update` will make, if already decided after epoch
-        ``epoch``: ``(the epoch before which it happens, its host-side comm_state)``, or
-        ``None``. The training loop compiles that state's step ahead of time; must be cheap
-        when called every epoch.
-        """
+        """``(the epoch before which it happens, its host-side comm_state)`` of the next change
+        :meth:`update` will make, if already decided after ``epoch``, else ``None`` (called
+        every epoch: must be cheap)."""
         del comm_state, epoch
         return None
 
     def resume(self, *, epoch: int, saved: dict[str, np.ndarray]) -> CommState:
         """Host-side template of the ``comm_state`` a checkpoint taken after ``epoch`` epochs
-        restores into. ``saved`` maps each saved ``comm_state`` leaf's tree path below
-        ``comm_state`` (``jax.tree_util.keystr``, e.g. ``".bits.fwd[0][0]"``) to its array,
-        for strategies whose state shapes depend on what happened during training (e.g. a bit
-        assignment solved from traced data; :func:`~jaxgraph.comm.adaptive.saved_like`)."""
+        restores into; ``saved`` maps each saved leaf's tree path below ``comm_state`` (e.g.
+        ``".bits.fwd[0][0]"``) to its array (:func:`~jaxgraph.comm.adaptive.saved_like`)."""
         del saved
         return self.init_state(epoch=epoch)
 
     def log(self, epoch: int) -> dict:
-        """What the decision installed before ``epoch`` reports for the metrics line (widths,
-        projected communication time, solver status), or ``{}``; each controller that decides
-        writes its own."""
+        """What the decision installed before ``epoch`` reports for the metrics line, or
+        ``{}``."""
         del epoch
         return {}
 
@@ -210,9 +164,13 @@ class Vanilla(Method, CommStrategy):
     ):
         del key, probe
         h_remote = ring_exchange(h_local, shard.send_idx, axis_name=axis_name, num_parts=num_parts)
-        # The backward pass sends the same volume back along the reversed ring, except at the
-        # first layer, whose input is data and is never differentiated.
-        payload = sum(idx.shape[0] for idx in shard.send_idx) * h_local.shape[-1]
-        passes = 1 if layer == 0 else 2
-        bytes_moved = jnp.float32(passes * payload * h_local.dtype.itemsize)
-        return h_remote, comm_state, bytes_moved
+        return h_remote, comm_state, ring_bytes(h_local, shard.send_idx, layer)
+
+
+def ring_bytes(h_local: jax.Array, send_idx, layer: int) -> jax.Array:
+    """``f32[]`` bytes one device sends on the fp32 ring at ``layer``: its rows, and the same
+    volume of gradient rows back along the reversed ring after the first layer (whose input
+    is data)."""
+    payload = sum(idx.shape[0] for idx in send_idx) * h_local.shape[-1]
+    passes = 1 if layer == 0 else 2
+    return jnp.float32(passes * payload * h_local.dtype.itemsize)

@@ -105,8 +105,8 @@ class EmbedJob:
             out = Path(self.out)
             if out.exists() and not out.is_dir():
                 raise ValueError(f"--out {out} is a file; give a directory for the outputs")
-            if not out.parent.is_dir():
-                raise ValueError(f"--out {out}: directory {out.parent} does not exist")
+            if blocked := next((d for d in out.parents if d.exists() and not d.is_dir()), None):
+                raise ValueError(f"--out {out}: {blocked} is a file, not a directory")
 
 
 def run_job(job: EmbedJob) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""GCN, GraphSAGE and GAT (flax Linen) over a :class:`Propagator`.
+"""GCN, GraphSAGE and GAT (flax Linen) over a :class:`Propagator`, and the registry of models
+that ``--model`` and a config file's ``[model] name`` choose from (:func:`register_model`).
 
 The models run unchanged under every communication strategy: all cross-device traffic happens
 inside the propagator. Layer ``l`` aggregates, then transforms (as the distributed systems
@@ -7,7 +8,7 @@ reproduced here do), so the rows that travel at layer ``l`` have its input's wid
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 from jaxgraph.models.propagate import Propagator
 
 MODELS = ("gcn", "sage", "gat")
+"""The built-in models' names (:data:`MODEL_TYPES` holds them and the registered ones)."""
 
 
 class _Stack(nn.Module):
@@ -134,6 +136,47 @@ class GAT(_Stack):
         return conv(h, propagate, layer)
 
 
+MODEL_TYPES: dict[str, Callable[..., nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
+"""Every model by name: the built-in ones, then those of :func:`register_model` in the order of
+registration (``MODEL_TYPES.pop(name)`` removes a registered one again, as tests do)."""
+
+
+def register_model(name: str, cls: Callable[..., nn.Module]) -> None:
+    """Adds a model: :func:`make_model` then builds it by ``name``, and so do
+    ``TrainConfig(model=ModelConfig(name=name))``, ``--model name`` and a config file's
+    ``[model] name = "name"`` (the error messages that list the models list it too).
+
+    ``cls`` (a flax Linen module class, or any callable returning a module) is called as
+    ``cls(hidden=, out_dim=, num_layers=, dropout=, layer_norm=)`` with the values of the run's
+    :class:`~jaxgraph.train.config.ModelConfig`, and with ``heads=`` too when it is a dataclass
+    with a ``heads`` field. The module keeps the built-in models' contract: called as ``(x,
+    propagate, *, train)`` on ``x: f32[Nl, F]``, one device's local rows, it returns the logits
+    ``f32[Nl, out_dim]`` and calls ``propagate`` (or its ``gather`` or ``prefetch``) once per
+    layer with that layer's index; it has the attribute ``num_layers`` and the method
+    ``layer_input_dims(in_dim)``, the width of the rows each layer exchanges (the trainer reads
+    both), and its dropout draws from flax's ``"dropout"`` stream. Methods that weigh messages
+    by the aggregation's coefficients (AdaQP's adaptive widths) use the mean aggregator's for a
+    registered model.
+
+    Args:
+      name: the model's name, as ``--model`` gives it.
+      cls: the module class.
+
+    Raises:
+      ValueError: a name that is not a word, or that a built-in or registered model holds.
+      TypeError: a ``cls`` that is not callable.
+    """
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise ValueError(f"a model's name must be a non-empty word, got {name!r}")
+    if name in MODELS:
+        raise ValueError(f"model {name!r} is built in; register a model under a new name")
+    if name in MODEL_TYPES:
+        raise ValueError(f"model {name!r} is already registered")
+    if not callable(cls):
+        raise TypeError(f"model {name!r} is not a class or callable: {cls!r}")
+    MODEL_TYPES[name] = cls
+
+
 def make_model(
     name: str,
     *,
@@ -143,10 +186,17 @@ def make_model(
     dropout: float = 0.5,
     layer_norm: bool = False,
     heads: int = 4,
-) -> _Stack:
-    """Builds a model by name (one of :data:`MODELS`; a ValueError for another)."""
-    classes = {"gcn": GCN, "sage": GraphSAGE, "gat": functools.partial(GAT, heads=heads)}
-    if name not in classes:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    common = dict(hidden=hidden, out_dim=out_dim, num_layers=num_layers, dropout=dropout)
-    return classes[name](layer_norm=layer_norm, **common)
+) -> nn.Module:
+    """Builds a model by name (one of :data:`MODEL_TYPES`; a ValueError for another).
+    ``heads`` goes to GAT and to a registered dataclass module with a ``heads`` field."""
+    if name not in MODEL_TYPES:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_TYPES)}")
+    cls = MODEL_TYPES[name]
+    kw = dict(hidden=hidden, out_dim=out_dim, num_layers=num_layers, dropout=dropout)
+    if "heads" in getattr(cls, "__dataclass_fields__", ()):
+        kw["heads"] = heads
+    model = cls(layer_norm=layer_norm, **kw)
+    if not callable(getattr(model, "layer_input_dims", None)):
+        what = type(model).__name__
+        raise TypeError(f"model {name!r} ({what}) has no method layer_input_dims(in_dim)")
+    return model

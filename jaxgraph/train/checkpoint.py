@@ -1,36 +1,22 @@
 """Atomic orbax checkpoints of the full train state, with exact resume.
 
-Layout: one orbax step directory per checkpoint, managed by ``orbax.checkpoint``'s
-``CheckpointManager`` (steps named ``ckpt_<epoch:06d>``)::
+One orbax step directory per checkpoint (``CheckpointManager``, steps ``ckpt_<epoch:06d>``)::
 
     <directory>/ckpt_000003/
-        state/   orbax PyTree item (OCDBT/zarr): every leaf of the state, flattened to
-                 ``{"leaf00000": ..., "leaf00001": ...}`` in tree order; PRNG keys as their
-                 ``jax.random.key_data``
+        state/   orbax PyTree item: every leaf of the state as ``{"leaf00000": ...}`` in tree
+                 order; PRNG keys as their ``jax.random.key_data``
         meta/    orbax JSON item: FORMAT_VERSION, the epoch, each leaf's tree path
                  (``jax.tree_util.keystr``), shape, dtype, key implementation and checksum,
-                 the run's configuration and the control layer's own state (best-validation
-                 bookkeeping), and a SHA-256 of all of it
-        _CHECKPOINT_METADATA, commit_success.txt   orbax's own bookkeeping
+                 the run's configuration and the loop's best-validation record, and a SHA-256
 
-Atomicity is orbax's: a step is written into ``ckpt_<epoch>.orbax-checkpoint-tmp`` and renamed
-when complete, so a killed run leaves the previous checkpoints and at most a temporary directory
-(ignored by :func:`latest_checkpoint`, removed by the next save).
+Atomicity is orbax's (a temporary directory renamed when complete). OCDBT does not checksum
+large array chunks, so each leaf carries a sharding-independent checksum (:func:`_checksums`);
+before orbax restores anything, every saved array is read once through tensorstore and checked
+(:func:`_validated`), so that a damaged or foreign checkpoint raises one :class:`CheckpointError`
+naming the path (an orbax restore failing midway prints tracebacks from its event loop).
 
-Integrity: OCDBT checksums its b-tree and manifest but not large array chunks, so each leaf also
-carries a position-weighted checksum of its bytes (:func:`_checksums`, independent of the
-sharding). Before orbax restores anything, every saved array is read once, whole and one at a
-time, through tensorstore's synchronous API and checked against its shape, dtype and checksum
-(:func:`_validated`): an orbax restore that fails midway leaves concurrent reads completing
-into its closed event loop, which prints tracebacks. A missing, truncated, garbled or foreign
-checkpoint therefore raises one :class:`CheckpointError` naming the path, never an orbax or
-tensorstore exception. :func:`read_leaves` returns the arrays of that first read.
-
-Multi-process runs: every process calls every function here (orbax's barriers and the checksum
-reduction of a save are collectives). Each process writes only its own shards, and a restore
-places each leaf in the sharding of the template's leaf, every process reading its own shards;
-the validation reads every array on every process (as format 1 did). The checkpoint directory
-must be on a file system all processes see.
+Multi-process runs: every process calls every function here (they hold collectives) and writes
+or reads its own shards; the directory must be on a file system all processes see.
 """
 
 from __future__ import annotations
@@ -57,13 +43,9 @@ _OLD_NAME = re.compile(rf"^{_PREFIX}_(\d{{6}})\.npz$")  # format 1 (a single .np
 _MIX = 0x9E3779B97F4A7C15  # odd: every word of a leaf gets a distinct odd weight
 
 
-# ---------------------------------------------------------------------- orbax plumbing
-
-
 def _manager(directory: Path):
-    """A synchronous ``CheckpointManager`` over ``directory`` with steps ``ckpt_<epoch:06d>``.
-
-    Creating it (on every process) removes temporary directories left by a killed save."""
+    """A synchronous ``CheckpointManager`` over ``directory`` with steps ``ckpt_<epoch:06d>``;
+    creating it (on every process) removes temporary directories left by a killed save."""
     import orbax.checkpoint as ocp  # slow to import; only runs that checkpoint pay it
 
     options = ocp.CheckpointManagerOptions(
@@ -79,22 +61,22 @@ def _manager(directory: Path):
     )
 
 
-def _reason(e: BaseException) -> str:
-    """The first line of the root cause of an orbax/tensorstore error, without tensorstore's
-    dump of its spec."""
+def _unreadable(path: Path, e: BaseException) -> CheckpointError:
+    """The error for a checkpoint orbax or tensorstore cannot read, with the first line of the
+    root cause of ``e`` (without tensorstore's dump of its spec)."""
     while e.__cause__ is not None:
         e = e.__cause__
     text = str(e).split(" [tensorstore_spec=")[0].split(" See full TensorStore details")[0]
     lines = text.strip().splitlines()
-    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+    reason = f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+    return CheckpointError(
+        f"checkpoint {path} is unreadable or truncated ({reason}); delete it to start over"
+    )
 
 
 def _restore(path: Path, **items):
-    """Restores the named items (``ocp.args``) of the step directory ``path``.
-
-    Raises:
-      CheckpointError: for anything orbax or tensorstore cannot read.
-    """
+    """Restores the named items (``ocp.args``) of the step directory ``path``; anything orbax
+    or tensorstore cannot read is a :class:`CheckpointError`."""
     import orbax.checkpoint as ocp
 
     if not (path / "_CHECKPOINT_METADATA").is_file() and not (path / "meta").is_dir():
@@ -103,9 +85,7 @@ def _restore(path: Path, **items):
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
             return ckptr.restore(path.absolute(), args=ocp.args.Composite(**items))
     except Exception as e:  # orbax and tensorstore raise many types; all mean "unreadable"
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable or truncated ({_reason(e)}); delete it to start over"
-        ) from e
+        raise _unreadable(path, e) from e
 
 
 def _is_key(x) -> bool:
@@ -119,9 +99,6 @@ def _leaf_paths(tree) -> list[tuple[str, Any]]:
 
 def _digest(meta: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-
-
-# ---------------------------------------------------------------------- checksums
 
 
 def _partial_checksum(data: np.ndarray, index: tuple[slice, ...], shape: tuple[int, ...]) -> int:
@@ -146,9 +123,7 @@ def _partial_checksum(data: np.ndarray, index: tuple[slice, ...], shape: tuple[i
 
 def _checksums(leaves: list) -> list[int]:
     """The checksum of every leaf (host or device arrays, any sharding; key data, not keys).
-
-    A collective in a multi-process run (sharded leaves reduce their per-process parts), so
-    every process calls it for the same leaves in the same order."""
+    A collective: every process calls it for the same leaves in the same order."""
     sums, remote = [], []
     for leaf in leaves:
         if not isinstance(leaf, jax.Array):
@@ -173,16 +148,9 @@ def _checksums(leaves: list) -> list[int]:
     return sums
 
 
-# ---------------------------------------------------------------------- public API
-
-
 def save_checkpoint(directory: str | Path, epoch: int, state, header: dict[str, Any]) -> Path:
-    """Writes ``state`` as the orbax step ``directory/ckpt_<epoch>`` atomically; returns its
-    path. An existing checkpoint of the same epoch is replaced.
-
-    In a multi-process run every process must call this: each writes its own shards, orbax
-    synchronises the processes and process 0 commits the step.
-    """
+    """Writes ``state`` as the orbax step ``directory/ckpt_<epoch>`` atomically (replacing one
+    of the same epoch); returns its path. Every process calls it and writes its own shards."""
     import orbax.checkpoint as ocp
 
     directory = Path(directory)
@@ -276,9 +244,7 @@ def _array_spec(path: Path) -> Callable[[str], dict[str, Any]]:
         for f in sorted((state / "array_metadatas").glob("*")):
             json.loads(f.read_text())
     except (OSError, ValueError) as e:
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable or truncated ({_reason(e)}); delete it to start over"
-        ) from e
+        raise _unreadable(path, e) from e
     driver = "zarr3" if flags.get("use_zarr3") else "zarr"
     if flags.get("use_ocdbt", True):
         return lambda key: {
@@ -290,12 +256,7 @@ def _array_spec(path: Path) -> Callable[[str], dict[str, Any]]:
 
 def _validated(path: Path, meta: dict[str, Any], picked: list[int]) -> Iterator[np.ndarray]:
     """The saved leaves ``picked`` (indices), each read whole through tensorstore's synchronous
-    API and checked against its shape, dtype and checksum.
-
-    An orbax restore reads many arrays concurrently; when one read fails, the others complete
-    into its closed event loop and print tracebacks. Reading every array here first, one at a
-    time, turns any damage into one clean :class:`CheckpointError` before orbax starts.
-    """
+    API, one at a time, and checked against its shape, dtype and checksum."""
     import tensorstore as ts
 
     spec = None
@@ -308,11 +269,8 @@ def _validated(path: Path, meta: dict[str, Any], picked: list[int]) -> Iterator[
         try:
             store = ts.open(spec(f"leaf{i:05d}"), open=True, read=True).result()
             value = np.asarray(store.read().result())
-        except Exception as e:  # tensorstore reports every failure as a ValueError today
-            raise CheckpointError(
-                f"checkpoint {path} is unreadable or truncated ({_reason(e)}); "
-                "delete it to start over"
-            ) from e
+        except Exception as e:  # tensorstore reports every failure as a ValueError
+            raise _unreadable(path, e) from e
         full = tuple(slice(None) for _ in shape)
         if (
             value.shape != shape
@@ -338,16 +296,9 @@ def read_leaves(path: str | Path, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def restore_checkpoint(path: str | Path, template) -> tuple[Any, dict[str, Any]]:
-    """Loads the checkpoint at ``path`` into the structure and shardings of ``template``
-    (each process reads only the shards it holds).
-
-    Returns:
-      ``(state, header)``.
-
-    Raises:
-      CheckpointError: if the checkpoint is unreadable or altered, or its leaves differ from
-        the template's (names the first mismatching leaf).
-    """
+    """``(state, header)``: the checkpoint at ``path`` loaded into the structure and shardings
+    of ``template`` (each process reads only its shards); a :class:`CheckpointError` if it is
+    unreadable or altered, or its leaves differ from the template's."""
     import orbax.checkpoint as ocp
 
     path = Path(path)

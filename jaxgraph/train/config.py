@@ -24,12 +24,12 @@ class ModelConfig:
     """The GNN.
 
     Attributes:
-      name: the model: gcn, sage (mean aggregation) or gat.
+      name: the model: gcn, sage (mean aggregation), gat or a registered one.
       hidden: the width of every hidden layer.
       num_layers: the number of graph layers.
       dropout: the dropout rate of every layer's input.
       layer_norm: normalize each hidden layer's output.
-      heads: the attention heads of gat.
+      heads: the attention heads of gat (and of a registered model with a heads field).
     """
 
     name: str = flag("--model", "gcn")
@@ -40,9 +40,9 @@ class ModelConfig:
     heads: int = 4
 
     def __post_init__(self):
-        from jaxgraph.models import MODELS
+        from jaxgraph.models import MODEL_TYPES as models  # built in and registered
 
-        check("model.name", self.name in MODELS, self.name, f"one of {', '.join(MODELS)}")
+        check("model.name", self.name in models, self.name, f"one of {', '.join(models)}")
         for name in ("hidden", "num_layers", "heads"):
             check_int(f"model.{name}", getattr(self, name), 1)
         d = self.dropout

@@ -47,10 +47,8 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     run resumes from it and reproduces exactly the metrics an uninterrupted run would log.
 
     Multi-process runs (:mod:`jaxgraph.distributed`): every process calls this with the same
-    config and computes the same host plan (checked); the mesh spans all processes' devices and
-    each process places only its own shards. Process 0 writes metrics and summary; every
-    process writes its own shards of each checkpoint (orbax; no gathers), so the workdir must
-    be on a file system every process sees. Every process returns the summary.
+    config and returns the summary; process 0 writes metrics and summary, every process its
+    own shards of each checkpoint (the workdir must be on a file system all of them see).
     """
     run = build_run(config, graph)
     graph, controller, trainer, shards = run.graph, run.controller, run.trainer, run.shards
@@ -121,21 +119,14 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
         if metrics_path is not None:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-        if not (config.allow_nonfinite or _finite(record, metrics)):
+        finite = math.isfinite(record["loss"]) and bool(metrics["params_finite"])
+        if not (config.allow_nonfinite or finite):
             stopped = epoch  # no checkpoint of this state
             last = record if math.isfinite(record["loss"]) else last
             break
-        if (
-            ckpt_dir is not None
-            and config.checkpoint_every
-            and epoch % config.checkpoint_every == 0
-        ):
-            save_checkpoint(
-                ckpt_dir,
-                epoch,
-                state,
-                {"config": config.to_dict(), "best": dataclasses.asdict(best)},
-            )
+        if ckpt_dir and config.checkpoint_every and epoch % config.checkpoint_every == 0:
+            header = {"config": config.to_dict(), "best": dataclasses.asdict(best)}
+            save_checkpoint(ckpt_dir, epoch, state, header)
         last = record
     bar.close()
     steps.close()
@@ -154,18 +145,10 @@ def train(config: TrainConfig, *, graph: Graph | None = None) -> dict[str, Any]:
     return summary
 
 
-def _finite(record: dict[str, Any], metrics) -> bool:
-    """Whether the epoch's loss, and the parameters after its update, are finite."""
-    return math.isfinite(record["loss"]) and bool(metrics["params_finite"])
-
-
 class NonFiniteLoss(RuntimeError):
     """The training loss, or the parameters after an update, became NaN or infinite
-    (``TrainConfig.allow_nonfinite`` is off).
-
-    The run stopped at that epoch: its metrics and summary are written up to there, and no
-    checkpoint holds the non-finite state.
-    """
+    (``TrainConfig.allow_nonfinite`` is off): the run stopped at that epoch, its metrics and
+    summary written up to there, no checkpoint of the non-finite state."""
 
     def __init__(self, epoch: int, last: dict[str, Any]):  # `last`: the last finite record
         self.epoch = epoch
@@ -182,9 +165,8 @@ class NonFiniteLoss(RuntimeError):
 
 
 class _StepCache:
-    """One compiled train step per ``comm_state`` signature (e.g. per bit assignment), and with
-    the method's ``compile_ahead`` the step of the strategy's next, already decided, state compiling
-    in a background thread while training continues."""
+    """One compiled train step per ``comm_state`` signature (e.g. per bit assignment); with the
+    method's ``compile_ahead``, the next decided state's step compiles in a background thread."""
 
     def __init__(self, run: Run, config: TrainConfig):
         self.run, self.epochs = run, config.epochs
@@ -232,12 +214,11 @@ class _StepCache:
 def _summary(config, graph, best, last, epoch_times, epoch_bytes, overhead, wall, compile_time):
     """The run's summary (``summary.json``): best-validation scores, timings, bytes."""
     steady = epoch_times[1:] or epoch_times
-    m = config.model
     return {
         "dataset": graph.name,
         "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges,
-        "model": m.name,
+        "model": config.model.name,
         "parts": config.parts,
         "method": config.method.label(),
         "epochs": config.epochs,

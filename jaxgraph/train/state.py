@@ -46,8 +46,9 @@ def _unsqueeze(tree):
     return jax.tree.map(lambda a: a[None], tree)
 
 
-def _shard_specs(tree, axis_name):
-    return jax.tree.map(lambda _: P(axis_name), tree)
+def _specs(tree, *axes):
+    """``P(*axes)`` for every leaf: sharded along ``axes``, replicated without."""
+    return jax.tree.map(lambda _: P(*axes), tree)
 
 
 def _dummy_shard(in_dim: int) -> GraphShard:
@@ -115,17 +116,13 @@ class Trainer:
 
     Args:
       model: a flax model from :mod:`jaxgraph.models`.
-      tx: the optax optimizer.
-      strategy: the communication strategy used in training steps.
       mesh: a one-dimensional mesh; its axis is the graph-part axis.
       num_train: the global number of training nodes (the loss is the sum of per-node losses
         divided by this count, so gradients equal the single-device mean).
       local_grad_clip: optional threshold ``th`` of local gradient clipping (Sancus, Peng et
-        al., VLDB'22, Sec. 5.2.2): each device's gradient ``δ_i`` with respect to its own copy
-        of the parameters (the terms of the rows it computes, as a data-parallel worker has
-        them before the all-reduce; they sum to the full gradient) is scaled to L2 norm at
-        most ``th_i = sqrt(P) * th`` before the sum over devices. ``None`` (default): no
-        clipping, the gradient is the exact global-mean gradient.
+        al., VLDB'22, Sec. 5.2.2): each device's partial gradient ``δ_i`` (the terms of its own
+        rows; they sum to the full gradient) is scaled to L2 norm at most ``th_i = sqrt(P) *
+        th`` before the sum over devices. ``None``: the exact global-mean gradient.
     """
 
     def __init__(
@@ -158,11 +155,8 @@ class Trainer:
     # ------------------------------------------------------------------ creation
 
     def place_shards(self, shards: GraphShard) -> GraphShard:
-        """Host ``[P, ...]`` arrays -> device arrays sharded along the mesh axis.
-
-        In a multi-process run every process passes the same host arrays and materialises
-        only the slices of its own devices.
-        """
+        """Host ``[P, ...]`` arrays -> device arrays sharded along the mesh axis (each process
+        passes the same host arrays and places only its own devices' slices)."""
         sharding = NamedSharding(self.mesh, P(self.axis_name))
         return jax.tree.map(lambda a: place(a, sharding), shards)
 
@@ -178,10 +172,8 @@ class Trainer:
         return self.model.init({"params": key}, x, prop, train=False)["params"]
 
     def create_state(self, key: jax.Array, in_dim: int, comm_state) -> TrainState:
-        """The initial state, built directly with its final shardings.
-
-        ``comm_state`` is the strategy's host-side state with leaves ``[P, ...]``.
-        """
+        """The initial state, built directly with its final shardings, around the strategy's
+        host-side ``comm_state`` (leaves ``[P, ...]``)."""
         replicated = NamedSharding(self.mesh, P())
         comm_state = self.place_comm_state(comm_state)
 
@@ -204,9 +196,9 @@ class Trainer:
     def state_specs(self, state: TrainState):
         return TrainState(
             step=P(),
-            params=jax.tree.map(lambda _: P(), state.params),
-            opt_state=jax.tree.map(lambda _: P(), state.opt_state),
-            comm_state=_shard_specs(state.comm_state, self.axis_name),
+            params=_specs(state.params),
+            opt_state=_specs(state.opt_state),
+            comm_state=_specs(state.comm_state, self.axis_name),
             rng=P(),
         )
 
@@ -222,9 +214,8 @@ class Trainer:
             loss, grads, comm_state, nbytes = self._loss_and_grads(
                 state.params, _squeeze(state.comm_state), shard, step_key
             )
-            # `params` enter replicated, so the gradient of this device's partial loss comes
-            # back already summed over the mesh axis (shard_map's transpose of the implicit
-            # broadcast is a psum): `grads` is the gradient of the global mean loss.
+            # `params` enter replicated: shard_map's transpose of their implicit broadcast is a
+            # psum, so `grads` is already the gradient of the global mean loss.
             updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
             new_state = state.replace(
@@ -245,7 +236,7 @@ class Trainer:
         out_state, metrics = jax.shard_map(
             body,
             mesh=self.mesh,
-            in_specs=(specs, _shard_specs(shards, axis)),
+            in_specs=(specs, _specs(shards, axis)),
             out_specs=(specs, {"loss": P(), "bytes_moved": P(), "params_finite": P()}),
         )(state, shards)
         return out_state.replace(rng=rng), metrics
@@ -272,8 +263,7 @@ class Trainer:
             loss = masked_loss_sum(logits, shard.labels, shard.train_mask) / self.num_train
             return loss, (prop.comm_state, prop.bytes_moved)
 
-        # Probes: zeros whose cotangents carry what the exchange's backward pass records
-        # (e.g. traced gradient-message statistics); None for most strategies.
+        # Zeros whose cotangents carry what the exchange's backward pass records, or None.
         probes = self.strategy.probes(comm_state, self.model.num_layers)
         clip = self.local_grad_clip
         if clip is not None:
@@ -310,18 +300,22 @@ class Trainer:
         return jax.shard_map(
             body,
             mesh=self.mesh,
-            in_specs=(specs.params, specs.comm_state, _shard_specs(shards, axis)),
+            in_specs=(specs.params, specs.comm_state, _specs(shards, axis)),
             out_specs=(P(), specs.params),
         )(state.params, state.comm_state, shards)
 
+    def _eval_logits(self, params, shard: GraphShard) -> jax.Array:
+        """This device's evaluation-mode logits ``[Nl, C]`` (Vanilla exchange, no dropout)."""
+        prop = Propagator(shard, Vanilla(), {}, axis_name=self.axis_name, num_parts=self.num_parts)
+        return self.model.apply({"params": params}, shard.x, prop, train=False)
+
     def _eval_step(self, params, shards: GraphShard):
         """Full-precision, synchronous distributed forward; psum'd score counts per split."""
-        axis, num_parts = self.axis_name, self.num_parts
+        axis = self.axis_name
 
         def body(params, shards):
             shard = _squeeze(shards)
-            prop = Propagator(shard, Vanilla(), {}, axis_name=axis, num_parts=num_parts)
-            logits = self.model.apply({"params": params}, shard.x, prop, train=False)
+            logits = self._eval_logits(params, shard)
             loss = masked_loss_sum(logits, shard.labels, shard.val_mask)
             counts = _eval_counts(
                 logits,
@@ -334,25 +328,23 @@ class Trainer:
         counts, loss, nval = jax.shard_map(
             body,
             mesh=self.mesh,
-            in_specs=(jax.tree.map(lambda _: P(), params), _shard_specs(shards, axis)),
+            in_specs=(_specs(params), _specs(shards, axis)),
             out_specs=P(),
         )(params, shards)
         return counts, loss / jnp.maximum(nval, 1.0)
 
     def logits(self, params, shards: GraphShard) -> jax.Array:
         """Evaluation-mode logits ``[P, Nl, C]`` (Vanilla exchange, no dropout)."""
-        axis, num_parts = self.axis_name, self.num_parts
+        axis = self.axis_name
 
         def body(params, shards):
-            shard = _squeeze(shards)
-            prop = Propagator(shard, Vanilla(), {}, axis_name=axis, num_parts=num_parts)
-            return self.model.apply({"params": params}, shard.x, prop, train=False)[None]
+            return self._eval_logits(params, _squeeze(shards))[None]
 
         program = jax.jit(
             jax.shard_map(
                 body,
                 mesh=self.mesh,
-                in_specs=(jax.tree.map(lambda _: P(), params), _shard_specs(shards, axis)),
+                in_specs=(_specs(params), _specs(shards, axis)),
                 out_specs=P(axis),
             )
         )
