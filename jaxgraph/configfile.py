@@ -39,6 +39,17 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return d
 
 
+def check_new_name(kind: str, name, builtin, registered, what: str) -> None:
+    """Raises a ValueError unless ``name`` is a word that no built-in or registered ``kind``
+    holds (``what``: what a user registers, for the message)."""
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise ValueError(f"a {kind}'s name must be a non-empty word, got {name!r}")
+    if name in builtin:
+        raise ValueError(f"{kind} {name!r} is built in; register a {what} under a new name")
+    if name in registered:
+        raise ValueError(f"{kind} {name!r} is already registered")
+
+
 def load_config_file(path: str | Path, build: Callable[[dict[str, Any]], Any]):
     """``build`` of the table of ``path`` (:func:`read_config_file`); its ValueError names the
     file."""

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxgraph.configfile import check_new_name
 from jaxgraph.data.adjacency import read_scipy_npz
 from jaxgraph.data.edgelist import EDGE_LIST_SUFFIXES, read_edge_list
 from jaxgraph.data.errors import GraphFileError
@@ -93,12 +94,7 @@ def register_format(name: str, reader: GraphReader, *, suffixes: tuple[str, ...]
         or a suffix that is not one dot and a word (``".graph"``; ``".gz"`` is refused).
       TypeError: a reader that is not callable.
     """
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
-        raise ValueError(f"a graph format's name must be a non-empty word, got {name!r}")
-    if name in _READERS:
-        raise ValueError(f"graph format {name!r} is built in; register a reader under a new name")
-    if name in REGISTERED_FORMATS:
-        raise ValueError(f"graph format {name!r} is already registered")
+    check_new_name("graph format", name, _READERS, REGISTERED_FORMATS, "reader")
     if not callable(reader):
         raise TypeError(f"the reader of graph format {name!r} is not callable: {reader!r}")
     if isinstance(suffixes, str):

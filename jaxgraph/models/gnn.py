@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxgraph.configfile import check_new_name
 from jaxgraph.models.propagate import Propagator
 
 MODELS = ("gcn", "sage", "gat")
@@ -166,12 +167,7 @@ def register_model(name: str, cls: Callable[..., nn.Module]) -> None:
       ValueError: a name that is not a word, or that a built-in or registered model holds.
       TypeError: a ``cls`` that is not callable.
     """
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
-        raise ValueError(f"a model's name must be a non-empty word, got {name!r}")
-    if name in MODELS:
-        raise ValueError(f"model {name!r} is built in; register a model under a new name")
-    if name in MODEL_TYPES:
-        raise ValueError(f"model {name!r} is already registered")
+    check_new_name("model", name, MODELS, MODEL_TYPES, "model")
     if not callable(cls):
         raise TypeError(f"model {name!r} is not a class or callable: {cls!r}")
     MODEL_TYPES[name] = cls
