@@ -22,6 +22,7 @@ from jaxgraph.embed.device_pairs import (
     pair_capacity,
     skipgram_pairs_device,
 )
+from jaxgraph.embed.hsoftmax import HuffmanTree, hs_step
 from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync
 from jaxgraph.embed.sgns import SkipGramConfig, Tables, _sgns_step, sample_negatives
 from jaxgraph.embed.sizes import padded_size
@@ -48,8 +49,7 @@ def _train_chunk(
     num_steps,
     first_step,
     key,
-    accept,
-    alias,
+    output,
     *,
     axis_name,
     negatives,
@@ -64,12 +64,14 @@ def _train_chunk(
     whole chunk): step ``s`` of the span starting at step ``g`` trains pairs
     ``g B + (s - g) + I' j`` (``j < B``) of the flattened buffer, ``I' = min(I, S' - g)``.
     Step ``s`` draws ``K`` negatives per group of ``share`` pairs from
-    ``fold_in(fold_in(key, first_step + s), device)``.
+    ``fold_in(fold_in(key, first_step + s), device)``. ``output`` is the output layer: the
+    negatives' :class:`~jaxgraph.embed.sgns.NegativeTable` or hierarchical softmax's
+    :class:`~jaxgraph.embed.hsoftmax.HuffmanTree` (no negatives drawn).
 
     Shapes (per device):
       ``tables: Tables(f32[1, N, d], f32[1, N, d])``, ``inputs, outputs: int32[1, S, B]``,
       ``weights: f32[1, S, B]``, ``lr: f32[S]``, ``num_steps, first_step: int32[]``
-      (replicated), ``accept: f32[N]``, ``alias: int32[N]`` -> ``(Tables, loss f32[1])``.
+      (replicated), ``output`` (replicated) -> ``(Tables, loss f32[1])``.
     """
     device = jax.lax.axis_index(axis_name)
     batch = inputs.shape[-1]
@@ -82,13 +84,18 @@ def _train_chunk(
     def step(s, carry):
         syn0, syn1, loss, scratch = carry  # f32[N, d], f32[N, d], f32[], int32[2N] | None
         k = jax.random.fold_in(jax.random.fold_in(key, first_step + s), device)
-        neg = sample_negatives(k, accept, alias, (batch // share, negatives))  # int32[B/G, K]
         g = (s // span) * span  # first step of s's span
         at = g * batch + (s - g) + lane * jnp.minimum(span, num_steps - g)  # int32[B]
         ins, outs, w = flat_in[at], flat_out[at], flat_w[at]  # int32[B], int32[B], f32[B]
-        syn0, syn1, step_loss, scratch = _sgns_step(
-            syn0, syn1, ins, outs, neg, w, lr[s], row_cap, scratch
-        )
+        if isinstance(output, HuffmanTree):
+            syn0, syn1, step_loss, scratch = hs_step(
+                syn0, syn1, ins, outs, output, w, lr[s], row_cap, scratch
+            )
+        else:
+            neg = sample_negatives(k, *output, (batch // share, negatives))  # int32[B/G, K]
+            syn0, syn1, step_loss, scratch = _sgns_step(
+                syn0, syn1, ins, outs, neg, w, lr[s], row_cap, scratch
+            )
         return syn0, syn1, loss + step_loss, scratch
 
     loss0 = jax.lax.pcast(jnp.zeros((), jnp.float32), axis_name, to="varying")
@@ -120,10 +127,10 @@ def train_program(
     span: int | None = None,
 ):
     """The jitted :func:`_train_chunk` on every replica, ``train(tables, inputs, outputs,
-    weights, lr, num_steps, first_step, key, accept, alias) -> (tables, loss f32[P])``: tables
+    weights, lr, num_steps, first_step, key, output) -> (tables, loss f32[P])``: tables
     (donated) and pair buffers sharded on ``axis_name``, the rest replicated."""
     static = dict(negatives=negatives, row_cap=row_cap, share=share, span=span)
-    return _shard_jit(_train_chunk, mesh, axis_name, (4, 6), (2, 0), 0, **static)
+    return _shard_jit(_train_chunk, mesh, axis_name, (4, 5), (2, 0), 0, **static)
 
 
 def _train_buffered(
@@ -137,8 +144,7 @@ def _train_buffered(
     start,
     first_step,
     key,
-    accept,
-    alias,
+    output,
     *,
     batch,
     **static,
@@ -160,9 +166,7 @@ def _train_buffered(
     live = (at < count[0]) & (at < lo + num_steps * batch)
     shape = (1, lr.shape[0], batch)
     chunk = (x_in.reshape(shape), x_out.reshape(shape), live.astype(jnp.float32).reshape(shape))
-    tables, loss = _train_chunk(
-        tables, *chunk, lr, num_steps, first_step, key, accept, alias, **static
-    )
+    tables, loss = _train_chunk(tables, *chunk, lr, num_steps, first_step, key, output, **static)
     hits = live.astype(jnp.int32)
     updates = updates[0].at[x_in].add(hits).at[x_out].add(hits)
     return tables, loss, updates[None]
@@ -179,10 +183,10 @@ def buffered_train_program(
     span: int | None = None,
 ):
     """The jitted :func:`_train_buffered`: ``train(tables, inputs, outputs, count, updates, lr,
-    num_steps, start, first_step, key, accept, alias) -> (tables, loss f32[P], updates)``, the
+    num_steps, start, first_step, key, output) -> (tables, loss f32[P], updates)``, the
     first five sharded on ``axis_name`` (tables and ``updates`` donated)."""
     static = dict(negatives=negatives, batch=batch, row_cap=row_cap, share=share, span=span)
-    return _shard_jit(_train_buffered, mesh, axis_name, (5, 7), (3, 0), (0, 4), **static)
+    return _shard_jit(_train_buffered, mesh, axis_name, (5, 6), (3, 0), (0, 4), **static)
 
 
 def _device_pairs(nodes, lengths, ids, thresh_hi, thresh_lo, key, *, window, capacity, axis_name):

@@ -245,7 +245,8 @@ class RoundRunner:
         """Warns when the round left its healthy range (:mod:`jaxgraph.embed.health`);
         returns whether the run stops here (a non-finite loss, or ``action="stop"``)."""
         health = self.config.health
-        problems = health.problems(entry.loss, entry.max_norm, self.config.sgns.negatives)
+        negatives, path = self.config.sgns.negatives, self.trainer.path_length
+        problems = health.problems(entry.loss, entry.max_norm, negatives, path)
         fatal = not math.isfinite(entry.loss)
         if not problems or (health.action == "ignore" and not fatal):
             return False

@@ -39,6 +39,7 @@ from jaxgraph.embed.corpus import COUNT_SOURCES, CountSource
 from jaxgraph.embed.device_pairs import MAX_WINDOW
 
 LR_SCHEDULES = ("round", "linear", "global")
+OBJECTIVES = ("negative", "hierarchical")
 
 Merge = Literal["mean", "sum", "touched"]
 MERGES = ("mean", "sum", "touched")
@@ -90,6 +91,10 @@ class SkipGramConfig:
         (every replica's change counts fully) or ``"touched"`` (each row takes the mean change
         of the replicas that changed it); see :func:`merge_rows`.
       block_pairs: memory bound: walks are cut into blocks of about this many pairs.
+      objective: the output layer: ``"negative"`` (negative sampling, ``negatives`` per pair)
+        or ``"hierarchical"`` (hierarchical softmax over a Huffman tree of the node degrees,
+        DeepWalk's published objective; :mod:`jaxgraph.embed.hsoftmax`; ``negatives`` and
+        ``shared_negatives`` are unused).
       pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
         devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each
         device builds the pairs of its walks; :mod:`jaxgraph.embed.device_pairs`). Both give
@@ -113,6 +118,7 @@ class SkipGramConfig:
     interleave: int | None = 8
     merge: Merge = "mean"
     block_pairs: int = 1 << 23
+    objective: Literal["negative", "hierarchical"] = "negative"
     pairs: Literal["host", "device"] = "host"
 
     def __post_init__(self):
@@ -132,6 +138,8 @@ class SkipGramConfig:
         if self.schedule_rounds is not None and self.schedule_rounds < 1:
             raise ValueError(f"schedule_rounds must be >= 1, got {self.schedule_rounds}")
         check_merge(self.merge)
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.pairs not in ("host", "device"):
             raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
         if self.pairs == "device" and self.window > MAX_WINDOW:
@@ -187,6 +195,14 @@ def init_tables(key: jax.Array, num_nodes: int, dim: int, scale: float = 0.5) ->
     half = scale / dim
     syn0 = jax.random.uniform(key, (num_nodes, dim), jnp.float32, -half, half)
     return Tables(syn0, jnp.zeros((num_nodes, dim), jnp.float32))
+
+
+class NegativeTable(NamedTuple):
+    """The negatives' alias table (:func:`jaxgraph.embed.corpus.alias_table`): ``accept:
+    f32[N]``, ``alias: int32[N]``."""
+
+    accept: jax.Array | np.ndarray
+    alias: jax.Array | np.ndarray
 
 
 def sample_negatives(

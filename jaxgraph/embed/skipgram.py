@@ -30,6 +30,7 @@ from jaxgraph.embed.corpus import (
     skipgram_pairs,
 )
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
+from jaxgraph.embed.hsoftmax import HuffmanTree, huffman_tree
 from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync
 from jaxgraph.embed.programs import (
     device_block_pairs,
@@ -38,7 +39,13 @@ from jaxgraph.embed.programs import (
     place_all,
     trainer_programs,
 )
-from jaxgraph.embed.sgns import SkipGramConfig, Tables, init_tables, round_walk_order
+from jaxgraph.embed.sgns import (
+    NegativeTable,
+    SkipGramConfig,
+    Tables,
+    init_tables,
+    round_walk_order,
+)
 from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import place
 
@@ -94,9 +101,13 @@ class SkipGramTrainer:
             raise ValueError(f"num_nodes must be positive, got {num_nodes}")
         if len(mesh.axis_names) != 1:
             raise ValueError(f"the trainer needs a 1-D mesh, got axes {mesh.axis_names}")
-        if config.counts == "degree":
-            if degrees is None or np.shape(degrees) != (num_nodes,):
-                raise ValueError("counts='degree' needs degrees of shape [num_nodes]")
+        hierarchical = config.objective == "hierarchical"
+        for name, used in (
+            ("counts='degree'", config.counts == "degree"),
+            ("objective='hierarchical'", hierarchical),
+        ):
+            if used and (degrees is None or np.shape(degrees) != (num_nodes,)):
+                raise ValueError(f"{name} needs degrees of shape [num_nodes]")
         config.round_lr(0)  # an incomplete schedule ('global' without its rounds) fails here
         self.num_nodes = num_nodes
         self.config = config
@@ -105,6 +116,11 @@ class SkipGramTrainer:
         self.num_devices = mesh.shape[self.axis_name]
         self.seed = seed
         self.sync = sync or AllSync(config.merge)
+        if hierarchical and isinstance(self.sync, PlannedSync):
+            raise ValueError(
+                "objective='hierarchical' needs a sync of every row (AllSync): a planned sync "
+                "picks syn1 rows by node, and hierarchical softmax's syn1 rows are tree nodes"
+            )
         if self.sync.merge != config.merge:
             raise ValueError(
                 f"sync merges by {self.sync.merge!r} but config.merge is {config.merge!r}"
@@ -139,6 +155,12 @@ class SkipGramTrainer:
         self._inputs_since_merge = np.zeros(num_nodes, bool)
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
+        # The output layer of hierarchical softmax: one tree for the whole run (hsoftmax).
+        self._tree, self.path_length = None, None  # path_length: the tree's longest path
+        if hierarchical:
+            tree = huffman_tree(degrees)
+            self._tree = HuffmanTree(*place_all(tree, self._rep))
+            self.path_length = tree.points.shape[1]
         self._step = 0  # global step counter: keys the negatives
         self._input_bytes = 0  # training input moved host -> device, all rounds
         self._since_sync = 0
@@ -180,11 +202,9 @@ class SkipGramTrainer:
         corpus compile on first use of each size."""
         t0 = time.perf_counter()
         empty = [np.zeros(0, np.int32)] * self.num_devices
-        accept, alias = place_all(alias_table(np.ones(self.num_nodes)), self._rep)
+        output = self._output_layer(np.ones(self.num_nodes))
         key = jax.random.key(self.seed)
-        loss = self._run(
-            empty, empty, [0] * self.num_devices, 0, 0, np.zeros(0), key, accept, alias
-        )
+        loss = self._run(empty, empty, [0] * self.num_devices, 0, 0, np.zeros(0), key, output)
         if not self._planned:  # a planned sync's index size varies: compiled on first use
             self.programs.periodic_sync.lower(self.tables, self.anchor).compile()
         self.programs.full_sync.lower(self.tables, self.anchor).compile()
@@ -218,7 +238,7 @@ class SkipGramTrainer:
             stats.seconds = time.perf_counter() - t0
             return stats
         keep = keep_probability(counts, cfg.sample)
-        accept, alias = place_all(alias_table(negative_weights(counts)), self._rep)
+        output = self._output_layer(counts)
         key = jax.random.fold_in(jax.random.key(self.seed), round_index)
         pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
         device_args = None
@@ -258,7 +278,7 @@ class SkipGramTrainer:
             start = 0
             while start < steps:
                 take = min(cfg.sync_every - self._since_sync, steps - start)
-                loss = run(start, take, alphas, key, accept, alias)
+                loss = run(start, take, alphas, key, output)
                 losses.append(loss)
                 stats.steps += take
                 start += take
@@ -349,7 +369,14 @@ class SkipGramTrainer:
             outs.append(o)
         return ins, outs, [i.shape[0] for i in ins]
 
-    def _run(self, ins, outs, per_dev, start, take, alphas, key, accept, alias):
+    def _output_layer(self, counts: np.ndarray) -> HuffmanTree | NegativeTable:
+        """What the steps train against: the run's Huffman tree, or the alias table of the
+        negatives drawn from ``counts ** 0.75``, on every device."""
+        if self._tree is not None:
+            return self._tree
+        return NegativeTable(*place_all(alias_table(negative_weights(counts)), self._rep))
+
+    def _run(self, ins, outs, per_dev, start, take, alphas, key, output):
         """Steps ``start .. start + take`` of every device's pair stream, in one call, in buffers
         of ``sync_every`` steps (one compiled shape) padded with zero-weight pairs."""
         b, p, cap = self.config.batch_size, self.num_devices, self.config.sync_every
@@ -375,7 +402,7 @@ class SkipGramTrainer:
         lr, num_steps, first = place_all((lr, np.int32(take), np.int32(self._step)), self._rep)
         self._step += take
         self.tables, loss = self.programs.train(
-            self.tables, x_in, x_out, x_w, lr, num_steps, first, key, accept, alias
+            self.tables, x_in, x_out, x_w, lr, num_steps, first, key, output
         )
         return loss
 
@@ -384,14 +411,14 @@ class SkipGramTrainer:
         lr = alphas[start : start + take].astype(np.float32)
         return np.pad(lr, (0, self.config.sync_every - take))
 
-    def _run_buffered(self, buffers, start, take, alphas, key, accept, alias):
+    def _run_buffered(self, buffers, start, take, alphas, key, output):
         """:meth:`_run` on pair buffers built on the devices (same batches, same order)."""
         lr = self._rates(alphas, start, take)
         # lr, num_steps, start, first_step
         scalars = place_all((lr, np.int32(take), np.int32(start), np.int32(self._step)), self._rep)
         self._step += take
         self.tables, loss, self._updates = self.programs.train_buffered(
-            self.tables, *buffers, self._updates, *scalars, key, accept, alias
+            self.tables, *buffers, self._updates, *scalars, key, output
         )
         return loss
 

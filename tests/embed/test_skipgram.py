@@ -14,6 +14,7 @@ from jaxgraph.embed.corpus import alias_table, negative_weights
 from jaxgraph.embed.merge import AllSync, merge_rows
 from jaxgraph.embed.programs import sync_program, train_program
 from jaxgraph.embed.sgns import (
+    NegativeTable,
     SkipGramConfig,
     Tables,
     init_tables,
@@ -243,7 +244,9 @@ def _check_replicas(rng, mesh, num_parts, merge, steps, lr, period, cap, share=1
         for c, a in zip(chunk, (ins, outs, w), strict=True):
             c[:, :period] = a[:, s : s + period]
         lrs = jnp.full(BUFFER, lr, jnp.float32)
-        tables, _ = train(tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, accept, alias)
+        tables, _ = train(
+            tables, *chunk, lrs, jnp.int32(period), jnp.int32(s), key, NegativeTable(accept, alias)
+        )
         tables, anchor = sync(tables, anchor)
     got = [np.asarray(t) for t in tables]
     for t in got:  # every replica identical after a merge
