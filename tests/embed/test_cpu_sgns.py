@@ -1,0 +1,243 @@
+"""The compiled CPU SGNS kernel (:mod:`jaxgraph.embed.cpu_sgns`) against the JAX step
+(:func:`sgns_update`) and its NumPy oracle, its chunk loop against a loop of JAX steps in the
+interleaved order, its thread-count independence, its negatives' law and its input checks."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numba
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxgraph.embed import cpu_sgns
+from jaxgraph.embed.corpus import alias_table, negative_weights
+from jaxgraph.embed.sgns import sgns_update, sgns_update_reference
+
+# fp32 arithmetic against JAX and the float64 oracle.
+RTOL, ATOL = 1e-5, 1e-6
+K = 5
+
+
+def _tables(rng, n, d):
+    syn0 = rng.normal(0, 0.5, (n, d)).astype(np.float32)
+    syn1 = rng.normal(0, 0.5, (n, d)).astype(np.float32)
+    return syn0, syn1
+
+
+def _batch(rng, n, b, share):
+    """Ids from few rows (many duplicates), a negative equal to its pair's positive, and
+    padding pairs of weight 0 (one whole group of them when ``share > 1``)."""
+    inputs = rng.integers(0, n, b).astype(np.int32)
+    outputs = rng.integers(0, n, b).astype(np.int32)
+    negatives = rng.integers(0, n, (b // share, K)).astype(np.int32)
+    negatives[0, 1] = outputs[0]
+    weight = (rng.random(b) > 0.2).astype(np.float32)
+    weight[-share:] = 0.0
+    return inputs, outputs, negatives, weight
+
+
+def _jax_step(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap):
+    args = (inputs, outputs, negatives, weight)
+    syn0, syn1, loss = sgns_update(
+        jnp.asarray(syn0), jnp.asarray(syn1), *map(jnp.asarray, args), lr, row_cap=row_cap
+    )
+    return np.asarray(syn0), np.asarray(syn1), float(loss)
+
+
+@pytest.mark.parametrize("row_cap", [None, 1, 3])
+@pytest.mark.parametrize("share", [1, 4])
+def test_step_equals_the_jax_step_and_the_oracle(share, row_cap):
+    rng = np.random.default_rng(10 * share + (row_cap or 0))
+    syn0, syn1 = _tables(rng, 9, 16)
+    batch = _batch(rng, 9, 32, share)
+    lr = 0.3
+    want0, want1, want_loss = _jax_step(syn0, syn1, *batch, lr, row_cap)
+    ref0, ref1 = sgns_update_reference(syn0, syn1, *batch, lr, row_cap)
+    got0, got1 = syn0.copy(), syn1.copy()
+    loss = cpu_sgns.step_update(got0, got1, *batch, lr, row_cap)
+    for got, want, ref in ((got0, want0, ref0), (got1, want1, ref1)):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(loss, want_loss, rtol=RTOL)
+    assert np.abs(got1 - syn1).max() > 1e-2  # the step did move the tables
+
+
+def _interleaved(num_steps, batch, span):
+    """``_train_chunk``'s pair order, written out: the flat pair indices of each step."""
+    span = num_steps if span is None else span
+    order = []
+    for g in range(0, num_steps, span):
+        width = min(span, num_steps - g)
+        order += [g * batch + (s - g) + width * np.arange(batch) for s in range(g, g + width)]
+    return order
+
+
+@pytest.mark.parametrize("span", [None, 3])
+@pytest.mark.parametrize("share", [1, 4])
+def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(span, share):
+    """7 of 8 buffered steps (spans of 3, 3 and 1 with ``span = 3``), padding at the end, a
+    rate per step, negatives drawn in the kernel (:func:`cpu_sgns.chunk_negatives`)."""
+    rng = np.random.default_rng(3)
+    n, d, b, s_all, steps, first, key, cap = 11, 8, 16, 8, 7, 5, 0xC0FFEE, 2
+    syn0, syn1 = _tables(rng, n, d)
+    inputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
+    outputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
+    weights = np.ones((s_all, b), np.float32)
+    weights.reshape(-1)[steps * b - 5 :] = 0.0
+    lrs = np.linspace(0.2, 0.05, s_all).astype(np.float32)
+    accept, alias = alias_table(negative_weights(rng.integers(1, 50, n)))
+    order = _interleaved(steps, b, span)
+    np.testing.assert_array_equal(np.sort(np.concatenate(order)), np.arange(steps * b))
+    negs = cpu_sgns.chunk_negatives(key, first, steps, b // share, K, accept, alias)
+
+    want0, want1, want_loss = syn0, syn1, 0.0
+    step0, step1, step_loss = syn0.copy(), syn1.copy(), 0.0
+    flat = [a.reshape(-1) for a in (inputs, outputs, weights)]
+    for s, at in enumerate(order):
+        batch = (flat[0][at], flat[1][at], negs[s], flat[2][at])
+        want0, want1, loss = _jax_step(want0, want1, *batch, lrs[s], cap)
+        want_loss += loss
+        step_loss += cpu_sgns.step_update(step0, step1, *batch, lrs[s], cap)
+
+    got0, got1 = syn0.copy(), syn1.copy()
+    args = (inputs, outputs, weights, lrs, steps, key, accept, alias, K, share, span, cap)
+    loss = cpu_sgns.train_chunk(got0, got1, *args, first_step=first)
+    np.testing.assert_allclose(got0, want0, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got1, want1, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(loss, want_loss, rtol=RTOL)
+    # The chunk is the same kernel as its steps one by one.
+    np.testing.assert_array_equal(got0, step0)
+    np.testing.assert_array_equal(got1, step1)
+    assert loss == pytest.approx(step_loss, rel=1e-12)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+@pytest.mark.parametrize("share", [1, 8])
+def test_one_and_two_threads_give_the_same_bits(share):
+    rng = np.random.default_rng(4)
+    n, d, b, s_all = 40, 32, 256, 6
+    syn0, syn1 = _tables(rng, n, d)
+    batch = _batch(rng, n, b, share)
+    inputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
+    outputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
+    lrs = np.full(s_all, 0.1, np.float32)
+    accept, alias = alias_table(negative_weights(rng.integers(1, 50, n)))
+    chunk = (inputs, outputs, np.ones((s_all, b), np.float32), lrs, s_all, 7, accept, alias, K)
+    results = []
+    for threads in (1, 2):
+        t0, t1 = syn0.copy(), syn1.copy()
+        step_loss = cpu_sgns.step_update(t0, t1, *batch, 0.2, 3, threads=threads)
+        chunk_loss = cpu_sgns.train_chunk(t0, t1, *chunk, share, 2, 3, threads)
+        results.append((t0, t1, step_loss, chunk_loss))
+    for one, two in zip(*results, strict=True):
+        np.testing.assert_array_equal(one, two)
+    assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS  # restored
+
+
+# Draws are reproducible (fixed key), so a pass is not luck; the clean sampler fails with
+# probability at most this.
+ALPHA = 1e-4
+
+
+def test_negatives_follow_the_alias_table():
+    counts = np.array([0, 1, 3, 10, 40, 200, 7, 0, 1000, 55, 2, 5000], np.int64)
+    probs = negative_weights(counts)
+    accept, alias = alias_table(probs)
+    draws = cpu_sgns.chunk_negatives(2024, 0, 400, 64, K, accept, alias).reshape(-1)
+    total = draws.size  # 128,000 draws: every expected count of a live node is >= 5
+    freq = np.bincount(draws, minlength=counts.size)
+    assert freq[probs == 0].sum() == 0
+    live = probs > 0
+    assert (total * probs[live]).min() >= 5
+    assert stats.chisquare(freq[live], total * probs[live]).pvalue > ALPHA
+    # Steps are keyed by their global index: a chunk from step 5 repeats steps 5.. of one
+    # from step 0.
+    later = cpu_sgns.chunk_negatives(2024, 5, 3, 64, K, accept, alias)
+    np.testing.assert_array_equal(later, draws.reshape(400, 64, K)[5:8])
+
+
+def _bad_step_inputs():
+    rng = np.random.default_rng(5)
+    syn0, syn1 = _tables(rng, 6, 4)
+    good = (syn0, syn1, *_batch(rng, 6, 8, 1))
+    out_of_range = np.array(good[3])
+    out_of_range[2] = 6
+    return {
+        "float64 table": ((syn0.astype(np.float64), *good[1:]), "float32"),
+        "fortran table": ((np.asfortranarray(syn0), *good[1:]), "C-contiguous"),
+        "strided table": ((np.zeros((6, 8), np.float32)[:, ::2], *good[1:]), "C-contiguous"),
+        "same table twice": ((syn0, syn0, *good[2:]), "share memory"),
+        "input id -1": ((syn0, syn1, good[2] - 1, *good[3:]), "inputs must be row ids"),
+        "output id N": ((syn0, syn1, good[2], out_of_range, *good[4:]), "outputs must be row"),
+        "negative id N": ((*good[:4], good[4] + 6, good[5]), "negatives must be row ids"),
+        "float ids": ((syn0, syn1, good[2].astype(float), *good[3:]), "integer array"),
+        "groups not dividing B": ((*good[:4], good[4][:3], good[5]), "dividing B"),
+        "short weight": ((*good[:5], good[5][:4]), "weight must be float"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_step_inputs()))
+def test_bad_step_inputs_raise_before_any_work(case):
+    args, message = _bad_step_inputs()[case]
+    before = [np.array(a, copy=True) for a in args[:2]]
+    with pytest.raises(ValueError, match=message):
+        cpu_sgns.step_update(*args, 0.1, 2)
+    for table, copy in zip(args[:2], before, strict=True):
+        np.testing.assert_array_equal(table, copy)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(row_cap=0), "row_cap must be an integer >= 1"),
+        (dict(threads=0), "threads must be an integer"),
+        (dict(lr=float("nan")), "lr must be finite"),
+    ],
+)
+def test_bad_step_options_raise(change, message):
+    rng = np.random.default_rng(6)
+    syn0, syn1 = _tables(rng, 6, 4)
+    names = ("inputs", "outputs", "negatives", "weight")
+    args = dict(zip(names, _batch(rng, 6, 8, 1), strict=True))
+    with pytest.raises(ValueError, match=message):
+        cpu_sgns.step_update(syn0, syn1, **{**args, "lr": 0.1, **change})
+
+
+def test_bad_chunk_inputs_raise_before_any_work():
+    rng = np.random.default_rng(7)
+    n, b, s_all = 6, 8, 3
+    syn0, syn1 = _tables(rng, n, 4)
+    before = syn0.copy(), syn1.copy()
+    accept, alias = alias_table(negative_weights(np.arange(1, n + 1)))
+    good = dict(
+        inputs=rng.integers(0, n, (s_all, b)),
+        outputs=rng.integers(0, n, (s_all, b)),
+        weights=np.ones((s_all, b), np.float32),
+        lrs=np.full(s_all, 0.1, np.float32),
+        num_steps=s_all,
+        key=1,
+        accept=accept,
+        alias=alias,
+        negatives=K,
+        share=2,
+        span=2,
+        row_cap=2,
+    )
+    bad = [
+        (dict(inputs=good["inputs"] + n), "inputs must be row ids"),
+        (dict(alias=alias + n), "alias must be row ids"),
+        (dict(accept=accept[:-1]), "accept must be float"),
+        (dict(share=3), "share must be in"),
+        (dict(num_steps=s_all + 1), "num_steps must be an integer in"),
+        (dict(span=0), "span must be an integer >= 1"),
+        (dict(key=-1), "key must be an integer"),
+        (dict(outputs=good["outputs"][:, :4]), "outputs must have shape"),
+    ]
+    for change, message in bad:
+        with pytest.raises(ValueError, match=message):
+            cpu_sgns.train_chunk(syn0, syn1, **{**good, **change})
+    with pytest.raises(ValueError, match="syn1 must be float32"):
+        cpu_sgns.train_chunk(syn0, syn1.astype(np.float16), **good)
+    np.testing.assert_array_equal(syn0, before[0])
+    np.testing.assert_array_equal(syn1, before[1])
