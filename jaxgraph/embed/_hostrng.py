@@ -23,13 +23,16 @@ PURPOSE_WALKS = 1
 PURPOSE_PAIRS = 2
 PURPOSE_FEEDBACK = 3
 PURPOSE_SHUFFLE = 4
+PURPOSE_NEGATIVES = 5
 
 
-def round_key(seed: int, purpose: int, round_index: int) -> np.uint64:
-    """A 64-bit key for one (seed, purpose, round), from NumPy's ``SeedSequence`` hashing."""
+def round_key(seed: int, purpose: int, round_index: int, *more: int) -> np.uint64:
+    """A 64-bit key for one (seed, purpose, round, ``*more``), from NumPy's ``SeedSequence``
+    hashing."""
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
-    state = np.random.SeedSequence([seed, purpose, round_index]).generate_state(1, np.uint64)
+    entropy = [seed, purpose, round_index, *more]
+    state = np.random.SeedSequence(entropy).generate_state(1, np.uint64)
     return np.uint64(state[0])
 
 

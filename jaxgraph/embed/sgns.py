@@ -40,6 +40,7 @@ from jaxgraph.embed.device_pairs import MAX_WINDOW
 
 LR_SCHEDULES = ("round", "linear", "global")
 OBJECTIVES = ("negative", "hierarchical")
+KERNELS = ("auto", "jax", "cpu")
 
 Merge = Literal["mean", "sum", "touched"]
 MERGES = ("mean", "sum", "touched")
@@ -95,6 +96,11 @@ class SkipGramConfig:
         or ``"hierarchical"`` (hierarchical softmax over a Huffman tree of the node degrees,
         DeepWalk's published objective; :mod:`jaxgraph.embed.hsoftmax`; ``negatives`` and
         ``shared_negatives`` are unused).
+      kernel: what trains on host-built pairs: ``"jax"`` (the JAX program, any backend),
+        ``"cpu"`` (:mod:`jaxgraph.embed.cpu_sgns`, a compiled kernel with the same update for
+        CPU devices, single-process, negative sampling; its negatives come from other random
+        streams) or ``"auto"`` (``"cpu"`` where those hold on a CPU backend, else ``"jax"``).
+      threads: the CPU kernel's threads (None: all cores).
       pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
         devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each
         device builds the pairs of its walks; :mod:`jaxgraph.embed.device_pairs`). Both give
@@ -119,6 +125,8 @@ class SkipGramConfig:
     merge: Merge = "mean"
     block_pairs: int = 1 << 23
     objective: Literal["negative", "hierarchical"] = "negative"
+    kernel: Literal["auto", "jax", "cpu"] = "jax"
+    threads: int | None = None
     pairs: Literal["host", "device"] = "host"
 
     def __post_init__(self):
@@ -140,6 +148,15 @@ class SkipGramConfig:
         check_merge(self.merge)
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if self.kernel == "cpu" and (self.objective, self.pairs) != ("negative", "host"):
+            raise ValueError(
+                "kernel='cpu' trains negative sampling on host-built pairs: set "
+                "objective='negative' and pairs='host', or kernel='jax'"
+            )
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1 or None, got {self.threads}")
         if self.pairs not in ("host", "device"):
             raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
         if self.pairs == "device" and self.window > MAX_WINDOW:

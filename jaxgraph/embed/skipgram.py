@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed import cpu_sgns
 from jaxgraph.embed.corpus import (
     alias_table,
     corpus_counts,
@@ -72,6 +73,16 @@ class RoundStats:
     # walk rows (``pairs="device"``; 0 when the walks were decoded on a device already).
     input_bytes: int = 0
     max_norm: float = float("nan")  # the largest row norm after the round's closing merge
+
+
+def _kernel(config: SkipGramConfig) -> str:
+    """``"cpu"`` or ``"jax"``: what trains host-built pairs (``SkipGramConfig.kernel``)."""
+    if config.kernel == "cpu" and jax.process_count() > 1:
+        raise ValueError("kernel='cpu' trains the replicas of one process: use kernel='jax'")
+    if config.kernel != "auto":
+        return config.kernel
+    fits = (config.objective, config.pairs) == ("negative", "host") and jax.process_count() == 1
+    return "cpu" if fits and jax.default_backend() == "cpu" else "jax"
 
 
 class SkipGramTrainer:
@@ -156,6 +167,10 @@ class SkipGramTrainer:
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
         # The output layer of hierarchical softmax: one tree for the whole run (hsoftmax).
+        # The CPU kernel trains host copies of the tables (None: none taken).
+        self.kernel = _kernel(config)
+        self._host: Tables | None = None
+        self._neg_keys = self._negative_keys(0)
         self._tree, self.path_length = None, None  # path_length: the tree's longest path
         if hierarchical:
             tree = huffman_tree(degrees)
@@ -240,6 +255,7 @@ class SkipGramTrainer:
         keep = keep_probability(counts, cfg.sample)
         output = self._output_layer(counts)
         key = jax.random.fold_in(jax.random.key(self.seed), round_index)
+        self._neg_keys = self._negative_keys(round_index)
         pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
         device_args = None
         if cfg.pairs == "device":
@@ -289,6 +305,7 @@ class SkipGramTrainer:
                     stats.syncs += rows > 0
                     self._since_sync = 0
         self._flush_updates()
+        self._push()
         # Round end: a full merge, so the feedback and the output read one table.
         self.tables, self.anchor = self.programs.full_sync(self.tables, self.anchor)
         self._merged_round_counts[:] = self.round_update_counts
@@ -308,9 +325,10 @@ class SkipGramTrainer:
         was needed)."""
         sync_index = self.periodic_syncs
         self.periodic_syncs += 1
+        if self._skip_untouched and self.num_devices == 1:
+            return 0  # merging one replica is the identity
+        self._push()
         if self._skip_untouched:
-            if self.num_devices == 1:
-                return 0  # merging one replica is the identity
             index = self._input_rows()
             self._inputs_since_merge[:] = False
             if index is None:
@@ -374,7 +392,57 @@ class SkipGramTrainer:
         negatives drawn from ``counts ** 0.75``, on every device."""
         if self._tree is not None:
             return self._tree
-        return NegativeTable(*place_all(alias_table(negative_weights(counts)), self._rep))
+        table = alias_table(negative_weights(counts))
+        return (
+            NegativeTable(*table)
+            if self.kernel == "cpu"
+            else NegativeTable(*place_all(table, self._rep))
+        )
+
+    def _negative_keys(self, round_index: int) -> list[np.uint64]:
+        """The CPU kernel's keys of the negatives, one per replica, for round ``round_index``."""
+        return [
+            hr.round_key(self.seed, hr.PURPOSE_NEGATIVES, round_index, d)
+            for d in range(self.num_devices)
+        ]
+
+    def _pull(self) -> None:
+        """Host copies of the tables for the CPU kernel (kept until :meth:`_push`)."""
+        if self._host is None:
+            self._host = Tables(*(np.array(t) for t in self.tables))
+
+    def _push(self) -> None:
+        """The host copies back to the devices, where the merges run."""
+        if self._host is not None:
+            self.tables = Tables(*(jax.device_put(a, self._shard) for a in self._host))
+            self._host = None
+
+    def _run_cpu(self, x_in, x_out, x_w, lr, take, output) -> float:
+        """:meth:`_run`'s chunk on every replica with the CPU kernel, in place."""
+        if take == 0:
+            return 0.0
+        self._pull()
+        cfg, loss = self.config, 0.0
+        for d in range(self.num_devices):
+            loss += cpu_sgns.train_chunk(
+                self._host.syn0[d],
+                self._host.syn1[d],
+                x_in[d],
+                x_out[d],
+                x_w[d],
+                lr,
+                take,
+                self._neg_keys[d],
+                *output,
+                cfg.negatives,
+                cfg.shared_negatives,
+                cfg.interleave,
+                cfg.row_cap,
+                cfg.threads,
+                first_step=self._step,
+            )
+        self._step += take
+        return loss
 
     def _run(self, ins, outs, per_dev, start, take, alphas, key, output):
         """Steps ``start .. start + take`` of every device's pair stream, in one call, in buffers
@@ -397,6 +465,8 @@ class SkipGramTrainer:
         self.update_counts += updates
         self.round_update_counts += updates
         lr = self._rates(alphas, start, take)
+        if self.kernel == "cpu":
+            return self._run_cpu(x_in, x_out, x_w, lr, take, output)
         self._input_bytes += x_in.nbytes + x_out.nbytes + x_w.nbytes
         x_in, x_out, x_w = place_all((x_in, x_out, x_w), self._shard)
         lr, num_steps, first = place_all((lr, np.int32(take), np.int32(self._step)), self._rep)
@@ -444,6 +514,7 @@ class SkipGramTrainer:
             raise ValueError(
                 f"tables of shape {arrays['syn0'].shape}, this run has {shape} (a different mesh?)"
             )
+        self._host = None
         put = lambda a, b: Tables(*(jax.device_put(x, self._shard) for x in (a, b)))
         self.tables = put(arrays["syn0"], arrays["syn1"])
         if self.anchor is not None:
@@ -455,10 +526,12 @@ class SkipGramTrainer:
 
     def replicas(self) -> Tables:
         """The device tables, ``Tables(f32[P, N, d], f32[P, N, d])``."""
+        self._push()
         return self.tables
 
     def embeddings(self) -> tuple[np.ndarray, np.ndarray]:
         """A full average of the replicas, then ``(syn0, syn1)`` as host ``f32[N, d]``."""
+        self._push()
         self.tables, self.anchor = self.programs.full_sync(self.tables, self.anchor)
         self._inputs_since_merge[:] = False
         return local_replica(self.tables.syn0), local_replica(self.tables.syn1)

@@ -241,3 +241,73 @@ def test_bad_chunk_inputs_raise_before_any_work():
         cpu_sgns.train_chunk(syn0, syn1.astype(np.float16), **good)
     np.testing.assert_array_equal(syn0, before[0])
     np.testing.assert_array_equal(syn1, before[1])
+
+
+# --- the kernel inside the trainer and embed() -------------------------------------------------
+
+
+def _planted():
+    from jaxgraph.data import dc_sbm
+
+    return dc_sbm(300, 6, 12.0, num_features=0, homophily=0.95, degree_exponent=None, seed=4)
+
+
+def _embed_config(parts: int, **sgns):
+    from jaxgraph.embed.run import EmbedConfig
+    from jaxgraph.embed.sgns import SkipGramConfig
+    from jaxgraph.embed.walks import WalkConfig
+
+    cfg = SkipGramConfig(dim=16, window=3, batch_size=256, sync_every=16, **sgns)
+    walk = WalkConfig(walk_length=20, walks_per_node=4)
+    return EmbedConfig("deepwalk", walk, cfg, rounds=4, parts=parts)
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_embed_with_the_cpu_kernel_learns_the_blocks(parts):
+    """Six planted blocks: node classification far above chance (1/6), held-out edges above
+    non-edges, the loss falls, as with the JAX program; on 2 devices the replicas merge."""
+    from jaxgraph.embed import evaluate as ev
+    from jaxgraph.embed.run import embed
+
+    g = _planted()
+    cfg = _embed_config(parts, kernel="cpu")
+    res = embed(cfg, g)
+    assert res.rounds[1].loss < res.rounds[0].loss
+    assert res.rounds[0].syncs > (1 if parts > 1 else 0)
+    acc = ev.node_classification(res.syn0, g.labels, train_ratios=(0.5,), shuffles=1)
+    assert acc[0.5]["micro"]["mean"] > 0.9
+    split = ev.link_prediction_split(g, 0.5, seed=0)
+    lp = embed(cfg, split.train_graph)
+    assert ev.link_prediction_auc(split, lp.syn0, "dot") > 0.8
+    jax_run = embed(_embed_config(parts), g)  # the same pairs; other negatives
+    assert abs(jax_run.rounds[-1].loss - res.rounds[-1].loss) < 0.05 * jax_run.rounds[-1].loss
+
+
+def test_embed_with_the_cpu_kernel_is_the_same_for_1_and_2_threads():
+    from jaxgraph.embed.run import embed
+
+    g = _planted()
+    one = embed(_embed_config(2, kernel="cpu", threads=1), g)
+    two = embed(_embed_config(2, kernel="cpu", threads=2), g)
+    np.testing.assert_array_equal(one.syn0, two.syn0)
+    np.testing.assert_array_equal(one.syn1, two.syn1)
+
+
+def test_auto_picks_the_cpu_kernel_where_it_applies():
+    from jaxgraph.embed.sgns import SkipGramConfig
+    from jaxgraph.embed.skipgram import SkipGramTrainer
+    from jaxgraph.mesh import make_mesh
+
+    mesh = make_mesh(1, "data")
+
+    def kernel(**changes):
+        cfg = SkipGramConfig(dim=8, kernel="auto", **changes)
+        return SkipGramTrainer(10, cfg, mesh, degrees=np.ones(10)).kernel
+
+    assert kernel() == "cpu"
+    assert kernel(objective="hierarchical") == "jax"
+    assert kernel(pairs="device") == "jax"
+    with pytest.raises(ValueError, match="kernel='cpu' trains negative sampling on host-built"):
+        SkipGramConfig(kernel="cpu", pairs="device")
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        SkipGramConfig(kernel="numba")
