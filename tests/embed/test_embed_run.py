@@ -198,3 +198,21 @@ def test_preset_help_names_every_setting_it_changes(capsys):
     with pytest.raises(SystemExit):
         main(["embed", "--preset", "tpu"])
     assert "invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_openne_preset_trains_fifty_walks_per_node():
+    dw, n2v = preset("openne", "deepwalk"), preset("openne", "node2vec")
+    assert dw.walk.walks_per_node * dw.rounds == 50 and dw.walk.walk_length == 80
+    assert dw.sgns == preset("published", "deepwalk").sgns
+    assert (dw.walk.p, dw.walk.q, n2v.walk.p, n2v.walk.q) == (1.0, 1.0, 0.25, 0.25)
+    assert n2v.walk.kind == "node2vec" and n2v.sgns == dw.sgns
+
+
+def test_node_classification_of_one_pass_says_what_trains_more(capsys):
+    """--task nc on the published corpus (10 walks per node) notes the preset of 50."""
+    assert main(["embed", *SMALL, "--method", "deepwalk", "--rounds", "1", "--task", "nc"]) == 0
+    err = capsys.readouterr().err
+    assert "node classification of embeddings trained on 1 walk per node" in err
+    assert "--preset openne" in err
+    assert main(["embed", *SMALL, "--method", "deepwalk", "--rounds", "1", "--task", "lp"]) == 0
+    assert "--preset openne" not in capsys.readouterr().err
