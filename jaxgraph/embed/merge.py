@@ -11,6 +11,7 @@ from typing import ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxgraph.embed.sgns import Merge, Tables, check_merge
 
@@ -152,3 +153,19 @@ class AllSync:
 
     def rows(self, num_nodes: int) -> int:
         return 2 * num_nodes
+
+
+def input_row_index(touched: np.ndarray) -> np.ndarray | None:
+    """The rows set in ``touched`` (``bool[N]``) as ``int32[C]``, padded by repeating the first
+    to the smallest ``C = ceil(N / 2^k)``, ``2 <= k <= 10``, that holds them (few compiled
+    sizes); None (merge every row) past ``N / 4`` rows, where an indexed merge costs about what
+    it saves."""
+    rows = np.flatnonzero(touched)
+    n = touched.shape[0]
+    caps = [-(-n // (1 << k)) for k in range(10, 1, -1)]  # ascending
+    cap = next((c for c in caps if c >= rows.size), None)
+    if cap is None or cap >= n:
+        return None
+    index = np.full(cap, rows[0] if rows.size else 0, np.int32)
+    index[: rows.size] = rows
+    return index

@@ -169,6 +169,16 @@ class SkipGramConfig:
         if not (self.lr_decay >= 0 and math.isfinite(self.lr_decay)):
             raise ValueError(f"lr_decay must be a finite number >= 0, got {self.lr_decay}")
 
+    def kernel_in_use(self) -> str:
+        """``"cpu"`` or ``"jax"``: what trains host-built pairs here (``kernel``, with ``"auto"``
+        resolved); raises ``ValueError`` for ``"cpu"`` in a multi-process run."""
+        if self.kernel == "cpu" and jax.process_count() > 1:
+            raise ValueError("kernel='cpu' trains the replicas of one process: use kernel='jax'")
+        if self.kernel != "auto":
+            return self.kernel
+        fits = (self.objective, self.pairs) == ("negative", "host") and jax.process_count() == 1
+        return "cpu" if fits and jax.default_backend() == "cpu" else "jax"
+
     def round_lr(self, round_index: int) -> float:
         """The rate at the start of round ``r``: ``alpha_0 * exp(-lr_decay * r)``, or for the
         ``"global"`` schedule ``alpha_0 * max(1 - r / R, 1e-4)``."""

@@ -32,7 +32,7 @@ from jaxgraph.embed.corpus import (
 )
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
 from jaxgraph.embed.hsoftmax import HuffmanTree, huffman_tree
-from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync
+from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync, input_row_index
 from jaxgraph.embed.programs import (
     device_block_pairs,
     local_replica,
@@ -73,16 +73,6 @@ class RoundStats:
     # walk rows (``pairs="device"``; 0 when the walks were decoded on a device already).
     input_bytes: int = 0
     max_norm: float = float("nan")  # the largest row norm after the round's closing merge
-
-
-def _kernel(config: SkipGramConfig) -> str:
-    """``"cpu"`` or ``"jax"``: what trains host-built pairs (``SkipGramConfig.kernel``)."""
-    if config.kernel == "cpu" and jax.process_count() > 1:
-        raise ValueError("kernel='cpu' trains the replicas of one process: use kernel='jax'")
-    if config.kernel != "auto":
-        return config.kernel
-    fits = (config.objective, config.pairs) == ("negative", "host") and jax.process_count() == 1
-    return "cpu" if fits and jax.default_backend() == "cpu" else "jax"
 
 
 class SkipGramTrainer:
@@ -168,9 +158,9 @@ class SkipGramTrainer:
         self._rep = NamedSharding(mesh, P())
         # The output layer of hierarchical softmax: one tree for the whole run (hsoftmax).
         # The CPU kernel trains host copies of the tables (None: none taken).
-        self.kernel = _kernel(config)
+        self.kernel = config.kernel_in_use()
         self._host: Tables | None = None
-        self._neg_keys = self._negative_keys(0)
+        self._round = 0  # the round being trained (keys the CPU kernel's negatives)
         self._tree, self.path_length = None, None  # path_length: the tree's longest path
         if hierarchical:
             tree = huffman_tree(degrees)
@@ -255,7 +245,7 @@ class SkipGramTrainer:
         keep = keep_probability(counts, cfg.sample)
         output = self._output_layer(counts)
         key = jax.random.fold_in(jax.random.key(self.seed), round_index)
-        self._neg_keys = self._negative_keys(round_index)
+        self._round = round_index
         pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
         device_args = None
         if cfg.pairs == "device":
@@ -354,21 +344,9 @@ class SkipGramTrainer:
         return plan.rows
 
     def _input_rows(self) -> np.ndarray | None:
-        """The ``syn0`` rows trained since the last merge, ``int32[C]`` padded (by repeating
-        the first) to the smallest ``C = ceil(N / 2^k)``, ``2 <= k <= 10``, that holds them;
-        None (a full merge) when the host does not see the inputs or they exceed ``N / 4`` rows
-        (an indexed merge then costs about what it saves)."""
-        if not self._tracks_inputs:
-            return None
-        rows = np.flatnonzero(self._inputs_since_merge)
-        n = self.num_nodes
-        caps = [-(-n // (1 << k)) for k in range(10, 1, -1)]  # ascending
-        cap = next((c for c in caps if c >= rows.size), None)
-        if cap is None or cap >= n:
-            return None
-        index = np.full(cap, rows[0] if rows.size else 0, np.int32)
-        index[: rows.size] = rows
-        return index
+        """:func:`~jaxgraph.embed.merge.input_row_index` of the ``syn0`` rows trained since the
+        last merge; None (a full merge) when the host does not see the inputs."""
+        return input_row_index(self._inputs_since_merge) if self._tracks_inputs else None
 
     @property
     def pending_counts(self) -> np.ndarray:
@@ -393,18 +371,7 @@ class SkipGramTrainer:
         if self._tree is not None:
             return self._tree
         table = alias_table(negative_weights(counts))
-        return (
-            NegativeTable(*table)
-            if self.kernel == "cpu"
-            else NegativeTable(*place_all(table, self._rep))
-        )
-
-    def _negative_keys(self, round_index: int) -> list[np.uint64]:
-        """The CPU kernel's keys of the negatives, one per replica, for round ``round_index``."""
-        return [
-            hr.round_key(self.seed, hr.PURPOSE_NEGATIVES, round_index, d)
-            for d in range(self.num_devices)
-        ]
+        return NegativeTable(*(table if self.kernel == "cpu" else place_all(table, self._rep)))
 
     def _pull(self) -> None:
         """Host copies of the tables for the CPU kernel (kept until :meth:`_push`)."""
@@ -418,29 +385,17 @@ class SkipGramTrainer:
             self._host = None
 
     def _run_cpu(self, x_in, x_out, x_w, lr, take, output) -> float:
-        """:meth:`_run`'s chunk on every replica with the CPU kernel, in place."""
+        """:meth:`_run`'s chunk on every replica with the CPU kernel, in place; replica ``d``
+        draws its negatives on the streams of the key of (seed, round, ``d``)."""
         if take == 0:
             return 0.0
         self._pull()
         cfg, loss = self.config, 0.0
-        for d in range(self.num_devices):
-            loss += cpu_sgns.train_chunk(
-                self._host.syn0[d],
-                self._host.syn1[d],
-                x_in[d],
-                x_out[d],
-                x_w[d],
-                lr,
-                take,
-                self._neg_keys[d],
-                *output,
-                cfg.negatives,
-                cfg.shared_negatives,
-                cfg.interleave,
-                cfg.row_cap,
-                cfg.threads,
-                first_step=self._step,
-            )
+        rules = (cfg.negatives, cfg.shared_negatives, cfg.interleave, cfg.row_cap, cfg.threads)
+        for d, (syn0, syn1) in enumerate(zip(*self._host, strict=True)):
+            key = hr.round_key(self.seed, hr.PURPOSE_NEGATIVES, self._round, d)
+            chunk = (x_in[d], x_out[d], x_w[d], lr, take, key, *output)
+            loss += cpu_sgns.train_chunk(syn0, syn1, *chunk, *rules, first_step=self._step)
         self._step += take
         return loss
 
