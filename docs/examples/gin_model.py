@@ -55,10 +55,7 @@ class GIN(nn.Module):
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
             drop = nn.Dropout(self.dropout, deterministic=not train)
-            if propagate.exchange_before_dropout:  # the strategy's order (PipeGCN)
-                h = propagate.prefetch(h, layer=layer, dropout=drop)
-            else:
-                h = drop(h)
+            h = propagate.drop(h, layer=layer, dropout=drop)  # in the strategy's order
             h_all = propagate.gather(h, layer=layer)  # f32[Nl + H, F]: local, then halo rows
             weight = s.edge_mask.astype(h.dtype)  # f32[Em]: pad edges weigh 0
             neigh = segment_sum_sorted(h_all, s.edge_src, s.edge_dst, weight, h.shape[0])

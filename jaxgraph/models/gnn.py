@@ -43,10 +43,7 @@ class _Stack(nn.Module):
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
             drop = nn.Dropout(self.dropout, deterministic=not train)
-            if propagate.exchange_before_dropout:
-                h = propagate.prefetch(h, layer=layer, dropout=drop)
-            else:
-                h = drop(h)
+            h = propagate.drop(h, layer=layer, dropout=drop)
             h = self.conv(h, propagate, layer, self.out_dim if last else self.hidden, last)
             if not last:
                 if self.layer_norm:

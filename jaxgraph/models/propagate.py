@@ -79,6 +79,14 @@ class Propagator:
         self._prefetched[layer] = both[n:]  # f32[H, F]
         return both[:n]
 
+    def drop(self, h: jax.Array, *, layer: int, dropout) -> jax.Array:
+        """``dropout`` on layer ``layer``'s input in the strategy's order: through
+        :meth:`prefetch` where :attr:`exchange_before_dropout` (PipeGCN), else on the local rows
+        alone, the layer's exchange following it (``[Nl, F] -> [Nl, F]``)."""
+        if self.exchange_before_dropout:
+            return self.prefetch(h, layer=layer, dropout=dropout)
+        return dropout(h)
+
     def exchange(self, h: jax.Array, *, layer: int) -> jax.Array:
         """The halo rows of ``h`` from the strategy, in ``h``'s dtype: ``[Nl, F] -> [H, F]``
         (after :meth:`prefetch` of ``layer``, the prefetched, dropped-out halo)."""

@@ -39,10 +39,7 @@ class ResidualMean(nn.Module):
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
             drop = nn.Dropout(self.dropout, deterministic=not train)
-            if propagate.exchange_before_dropout:
-                h = propagate.prefetch(h, layer=layer, dropout=drop)
-            else:
-                h = drop(h)
+            h = propagate.drop(h, layer=layer, dropout=drop)
             h = h + propagate(h, layer=layer, norm="mean")
             h = nn.Dense(self.out_dim if last else self.hidden)(h)
             if not last:
