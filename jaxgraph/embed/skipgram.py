@@ -156,12 +156,12 @@ class SkipGramTrainer:
         self._inputs_since_merge = np.zeros(num_nodes, bool)
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
-        # The output layer of hierarchical softmax: one tree for the whole run (hsoftmax).
         # The CPU kernel trains host copies of the tables (None: none taken).
         self.kernel = config.kernel_in_use()
         self._host: Tables | None = None
         self._round = 0  # the round being trained (keys the CPU kernel's negatives)
-        self._tree, self.path_length = None, None  # path_length: the tree's longest path
+        # Hierarchical softmax's tree, one for the whole run; path_length: its longest path.
+        self._tree, self.path_length = None, None
         if hierarchical:
             tree = huffman_tree(degrees)
             self._tree = HuffmanTree(*place_all(tree, self._rep))
@@ -381,8 +381,12 @@ class SkipGramTrainer:
     def _push(self) -> None:
         """The host copies back to the devices, where the merges run."""
         if self._host is not None:
-            self.tables = Tables(*(jax.device_put(a, self._shard) for a in self._host))
+            self.tables = self._on_devices(*self._host)
             self._host = None
+
+    def _on_devices(self, syn0: np.ndarray, syn1: np.ndarray) -> Tables:
+        """Host tables ``f32[P, N, d]`` placed one replica per device."""
+        return Tables(*(jax.device_put(a, self._shard) for a in (syn0, syn1)))
 
     def _run_cpu(self, x_in, x_out, x_w, lr, take, output) -> float:
         """:meth:`_run`'s chunk on every replica with the CPU kernel, in place; replica ``d``
@@ -470,10 +474,9 @@ class SkipGramTrainer:
                 f"tables of shape {arrays['syn0'].shape}, this run has {shape} (a different mesh?)"
             )
         self._host = None
-        put = lambda a, b: Tables(*(jax.device_put(x, self._shard) for x in (a, b)))
-        self.tables = put(arrays["syn0"], arrays["syn1"])
+        self.tables = self._on_devices(arrays["syn0"], arrays["syn1"])
         if self.anchor is not None:
-            self.anchor = put(arrays["anchor0"], arrays["anchor1"])
+            self.anchor = self._on_devices(arrays["anchor0"], arrays["anchor1"])
         self.counts[:] = arrays["counts"]
         self.update_counts[:] = arrays["update_counts"]
         self._step = int(counters["step"])
