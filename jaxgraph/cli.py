@@ -85,7 +85,10 @@ def _options(command: str) -> Options:
     return Options(PartitionJob())
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given the arguments ``argv``, with the options of the
+    command they name only (the others stay listed): the options come from the typed configs,
+    and importing those of ``train`` costs seconds that an ``embed`` run need not pay."""
     devices = argparse.ArgumentParser(add_help=False)  # before or after the command
     devices.add_argument(
         "--cpu-devices",
@@ -104,8 +107,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "train": "distributed full-graph training",
         "embed": "random-walk node embedding (FeLoG, DeepWalk, node2vec)",
     }
+    named = None if argv is None else next((a for a in argv if a in helps), "")
     for command, help_ in helps.items():
         sp = sub.add_parser(command, help=help_, description=help_, parents=[devices])
+        if named not in (None, command):
+            continue
         if command != "partition":
             sp.add_argument(
                 "--config", help="a .json or .toml config file; the options given override it"
@@ -173,7 +179,7 @@ def _source(data: DataConfig, args) -> DataConfig:
 
 def job_from_args(argv: list[str]):
     """The config a command line (``["train", "--lr", "0.1"]``) describes, checked."""
-    return _job(_build_parser().parse_args(argv))
+    return _job(_build_parser(argv).parse_args(argv))
 
 
 def _job(args):
@@ -213,7 +219,8 @@ def _log_notes() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _build_parser(argv).parse_args(argv)
     _log_notes()
     emulate_cpu_devices(_cpu_devices(args))
     where = ""

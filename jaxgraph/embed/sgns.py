@@ -100,7 +100,8 @@ class SkipGramConfig:
         ``"cpu"`` (:mod:`jaxgraph.embed.cpu_sgns`, a compiled kernel with the same update for
         CPU devices, single-process, negative sampling; its negatives come from other random
         streams) or ``"auto"`` (``"cpu"`` where those hold on a CPU backend, else ``"jax"``).
-      threads: the CPU kernel's threads (None: all cores).
+      threads: the CPU kernel's threads (None: all cores); above one they train steps
+        concurrently without locks, so a run's bits vary (module :mod:`~jaxgraph.embed.cpu_sgns`).
       pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
         devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each
         device builds the pairs of its walks; :mod:`jaxgraph.embed.device_pairs`). Both give

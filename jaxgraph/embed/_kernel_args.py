@@ -1,0 +1,75 @@
+"""Argument checks of the compiled CPU skip-gram kernel (:mod:`jaxgraph.embed.cpu_sgns`): every
+array is checked and converted before the kernel runs, so bad input raises ``ValueError`` with
+the argument's name and changes nothing."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def check_tables(syn0, syn1) -> tuple[int, int]:
+    """Raises ``ValueError`` unless both tables are writeable, C-contiguous ``float32[N, d]``
+    NumPy arrays of one shape and distinct memory; returns ``(N, d)``."""
+    for name, table in (("syn0", syn0), ("syn1", syn1)):
+        if not isinstance(table, np.ndarray):
+            raise ValueError(f"{name} must be a NumPy array (updated in place), got {type(table)}")
+        if table.dtype != np.float32 or table.ndim != 2:
+            raise ValueError(f"{name} must be float32[N, d], got {table.dtype}{list(table.shape)}")
+        if not table.flags.c_contiguous or not table.flags.writeable:
+            raise ValueError(f"{name} must be C-contiguous and writeable (it is updated in place)")
+    if syn0.shape != syn1.shape:
+        raise ValueError(f"syn0 and syn1 must have one shape, got {syn0.shape} and {syn1.shape}")
+    if np.may_share_memory(syn0, syn1):
+        raise ValueError("syn0 and syn1 must not share memory")
+    if syn0.shape[0] >= 2**30:
+        raise ValueError(f"at most 2**30 rows, got {syn0.shape[0]}")
+    return syn0.shape
+
+
+def check_ids(name: str, ids, num_rows: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``ids`` as contiguous ``int32``; raises ``ValueError`` for a non-integer array, another
+    ``shape`` or an id outside ``[0, num_rows)``."""
+    ids = np.asarray(ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array, got {ids.dtype}")
+    if shape is not None and ids.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_rows):
+        raise ValueError(
+            f"{name} must be row ids in [0, {num_rows}), got values in [{ids.min()}, {ids.max()}]"
+        )
+    return np.ascontiguousarray(ids, np.int32)
+
+
+def check_floats(name: str, values, shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` as contiguous finite ``float32[shape]``, else ``ValueError``."""
+    values = np.asarray(values)
+    if values.shape != shape or not np.issubdtype(values.dtype, np.floating):
+        want = ", ".join(map(str, shape))
+        raise ValueError(f"{name} must be float[{want}], got {values.dtype}{list(values.shape)}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} must be finite")
+    return np.ascontiguousarray(values, np.float32)
+
+
+def check_cap(row_cap) -> int:
+    """``row_cap`` as the kernel's integer (0: None), else ``ValueError``."""
+    if row_cap is None:
+        return 0
+    if isinstance(row_cap, bool) or not isinstance(row_cap, numbers.Integral) or row_cap < 1:
+        raise ValueError(f"row_cap must be an integer >= 1 or None, got {row_cap!r}")
+    return int(row_cap)
+
+
+def check_alias(accept, alias, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The alias table as contiguous ``(f32[N], int32[N])`` over the ``N`` table rows."""
+    accept = check_floats("accept", accept, (num_rows,))
+    return accept, check_ids("alias", alias, num_rows, (num_rows,))
+
+
+def check_key(key) -> np.uint64:
+    if isinstance(key, bool) or not isinstance(key, numbers.Integral) or not 0 <= key < 2**64:
+        raise ValueError(f"key must be an integer in [0, 2**64), got {key!r}")
+    return np.uint64(key)

@@ -1,0 +1,48 @@
+"""A cache prefetch of one table row for numba kernels (LLVM's ``llvm.prefetch``).
+
+The skip-gram kernel's rows are random and bound by memory latency; asking for the rows of a
+pair two ahead while the current pair computes hides most of it (measured in
+``experiments/README.md``, "The CPU kernel of the skip-gram step")."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_LINE = 64  # bytes per cache line
+_MAX_LINES = 16  # rows of at most 1 KiB are prefetched whole (d <= 256 float32)
+
+
+@intrinsic
+def prefetch_row(typingctx, table, row):
+    """Asks the cache for the lines of ``table[row]`` (a C-contiguous 2-D array) for writing;
+    no effect on results, and no fault for any row (a prefetch never traps)."""
+    if not (isinstance(table, types.Array) and table.ndim == 2 and table.layout == "C"):
+        return None
+    if not isinstance(row, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        r = context.cast(builder, args[1], sig.args[1], types.intp)
+        zero = context.get_constant(types.intp, 0)
+        start = cgutils.get_item_pointer(context, builder, aryty, ary, [r, zero])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        base = builder.bitcast(start, i8p)
+        width = cgutils.unpack_tuple(builder, ary.shape, 2)[1]
+        itemsize = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
+        nbytes = builder.mul(width, context.get_constant(types.intp, itemsize))
+        write, locality, data = ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)
+        for line in range(_MAX_LINES):
+            offset = context.get_constant(types.intp, _LINE * line)
+            with builder.if_then(builder.icmp_signed("<", offset, nbytes)):
+                builder.call(fn, [builder.gep(base, [offset]), write, locality, data])
+        return context.get_dummy_value()
+
+    return types.void(table, row), codegen
