@@ -21,3 +21,16 @@ def _emulated_devices():
         f"expected {NUM_DEVICES} emulated CPU devices, found {count}; XLA_FLAGS must be set "
         "before jax is imported"
     )
+
+
+@pytest.fixture(autouse=True)
+def _one_kernel_thread():
+    """Compiled kernels run on one numba thread unless a test asks for more (``threads=2``):
+    with more, the CPU skip-gram kernel trains steps concurrently and its bits vary from run to
+    run, and two xdist workers would share two cores between four threads."""
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(before)

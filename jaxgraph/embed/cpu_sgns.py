@@ -294,10 +294,11 @@ def _chunk_negatives(key, first_step, accept, alias, out):
 
 @contextlib.contextmanager
 def _num_threads(threads: int | None):
-    """Runs the block on ``threads`` numba threads (None: all), restoring the count after."""
+    """Runs the block on ``threads`` numba threads (None: numba's current count), restoring
+    the count after."""
     limit = numba.config.NUMBA_NUM_THREADS
     if threads is None:
-        threads = limit
+        threads = numba.get_num_threads()
     if not isinstance(threads, numbers.Integral) or not 1 <= threads <= limit:
         raise ValueError(f"threads must be an integer in [1, {limit}] or None, got {threads!r}")
     previous = numba.get_num_threads()
@@ -423,8 +424,8 @@ def train_chunk(
       share: ``G``, pairs per draw of negatives (dividing ``B``).
       span: ``I``, steps whose batches interleave (None: all ``S'``).
       row_cap: as :func:`step_update`.
-      threads: numba threads for the call (None: all); above one, steps train concurrently
-        without locks (module docstring).
+      threads: numba threads for the call (None: numba's current count); above one, steps
+        train concurrently without locks (module docstring).
       first_step: the global index of step 0 (keys the negatives).
 
     Returns:

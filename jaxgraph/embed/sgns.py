@@ -99,9 +99,11 @@ class SkipGramConfig:
       kernel: what trains on host-built pairs: ``"jax"`` (the JAX program, any backend),
         ``"cpu"`` (:mod:`jaxgraph.embed.cpu_sgns`, a compiled kernel with the same update for
         CPU devices, single-process, negative sampling; its negatives come from other random
-        streams) or ``"auto"`` (``"cpu"`` where those hold on a CPU backend, else ``"jax"``).
-      threads: the CPU kernel's threads (None: all cores); above one they train steps
-        concurrently without locks, so a run's bits vary (module :mod:`~jaxgraph.embed.cpu_sgns`).
+        streams) or ``"auto"`` (default: ``"cpu"`` where those hold on a CPU backend, else
+        ``"jax"``).
+      threads: the CPU kernel's threads (None: numba's count for the calling thread, all
+        cores unless ``numba.set_num_threads`` lowered it); above one they train steps
+        concurrently without locks, so a run's bits vary (:mod:`~jaxgraph.embed.cpu_sgns`).
       pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
         devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each
         device builds the pairs of its walks; :mod:`jaxgraph.embed.device_pairs`). Both give
@@ -126,7 +128,7 @@ class SkipGramConfig:
     merge: Merge = "mean"
     block_pairs: int = 1 << 23
     objective: Literal["negative", "hierarchical"] = "negative"
-    kernel: Literal["auto", "jax", "cpu"] = "jax"
+    kernel: Literal["auto", "jax", "cpu"] = "auto"
     threads: int | None = None
     pairs: Literal["host", "device"] = "host"
 

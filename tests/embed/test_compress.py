@@ -365,7 +365,10 @@ def test_embedding_is_identical_with_compression_on_and_off():
     base = EmbedConfig(
         method="felog",
         walk=WalkConfig(kind="node2vec", walk_length=10, p=0.25, q=4.0),
-        sgns=SkipGramConfig(dim=8, window=3, negatives=2, batch_size=16, sync_every=4),
+        # The JAX program, which trains host- and device-built pairs alike.
+        sgns=SkipGramConfig(
+            dim=8, window=3, negatives=2, batch_size=16, sync_every=4, kernel="jax"
+        ),
         rounds=2,
         seed=4,
     )

@@ -137,7 +137,8 @@ def test_device_counts_ignore_padding():
 def test_trainer_device_pairs_equal_host_pairs(num_parts, on_device):
     g = power_law()
     walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=8), seed=0)
-    cfg = SkipGramConfig(dim=8, window=3, negatives=2, batch_size=16, sync_every=4)
+    # The JAX program, which trains host- and device-built pairs alike.
+    cfg = SkipGramConfig(dim=8, window=3, negatives=2, batch_size=16, sync_every=4, kernel="jax")
     mesh = make_mesh(num_parts, AXIS)
     runs = {}
     for mode in ("host", "device"):

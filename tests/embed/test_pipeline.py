@@ -35,7 +35,8 @@ GRAPH = dc_sbm(300, 5, 10.0, num_features=0, homophily=0.8, seed=0)
 BASE = EmbedConfig(
     method="felog",
     walk=WalkConfig(walk_length=10),
-    sgns=SkipGramConfig(dim=8, window=3, negatives=2, batch_size=16, sync_every=4),
+    # One kernel thread, so that runs repeat their bits (also in the killed run's process).
+    sgns=SkipGramConfig(dim=8, window=3, negatives=2, batch_size=16, sync_every=4, threads=1),
     feedback=FeedbackConfig(mu=0.5),
     rounds=4,
 )
