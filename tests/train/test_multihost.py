@@ -98,7 +98,8 @@ def test_embed_two_processes_equal_one(tmp_path, pairs):
     args = ["embed", "--dataset", "sbm", "--nodes", "300", "--parts", "8", "--method", "felog"]
     args += ["--rounds", "3", "--dim", "16", "--walk-length", "20", "--window", "3"]
     args += ["--batch-size", "64", "--sync-every", "4", "--sync", "hotspot", "--full-every", "3"]
-    args += ["--task", "lp", "--quiet"]
+    # The JAX program, which multi-process runs train (the CPU kernel is one process's).
+    args += ["--task", "lp", "--quiet", "--kernel", "jax"]
     done = _launch(tmp_path, [*args, "--pairs", pairs, "--out", str(tmp_path / "2x4")])
     assert done.returncode == 0, done.stderr
     assert main([*args, "--out", str(tmp_path / "1x8")]) == 0
