@@ -73,3 +73,26 @@ def check_key(key) -> np.uint64:
     if isinstance(key, bool) or not isinstance(key, numbers.Integral) or not 0 <= key < 2**64:
         raise ValueError(f"key must be an integer in [0, 2**64), got {key!r}")
     return np.uint64(key)
+
+
+def check_chunk(inputs, outputs, weights, lrs, num_steps, span, num_rows: int):
+    """A chunk's pairs (``inputs, outputs: int[S, B]``, ``weights: f[S, B]``, ``lrs: f[S]``)
+    checked and the first ``num_steps`` steps flattened: ``(flat_in, flat_out, flat_w, lrs,
+    B, span)`` with ``span`` resolved (None: all ``num_steps``)."""
+    inputs = np.asarray(inputs)
+    if inputs.ndim != 2 or inputs.shape[1] < 1:
+        raise ValueError(f"inputs must be int[S, B], got shape {inputs.shape}")
+    s_all, b = inputs.shape
+    if not isinstance(num_steps, numbers.Integral) or not 0 <= num_steps <= s_all:
+        raise ValueError(f"num_steps must be an integer in [0, {s_all}], got {num_steps!r}")
+    if np.shape(outputs) != (s_all, b):
+        raise ValueError(f"outputs must have shape {(s_all, b)}, got {np.shape(outputs)}")
+    if span is not None and (not isinstance(span, numbers.Integral) or span < 1):
+        raise ValueError(f"span must be an integer >= 1 or None, got {span!r}")
+    used = slice(0, num_steps)
+    flat_in = check_ids("inputs", inputs[used], num_rows).reshape(-1)
+    flat_out = check_ids("outputs", np.asarray(outputs)[used], num_rows).reshape(-1)
+    flat_w = check_floats("weights", weights, (s_all, b))[used].reshape(-1)
+    lrs = check_floats("lrs", lrs, (s_all,))
+    span = num_steps if span is None else min(int(span), num_steps)
+    return flat_in, flat_out, flat_w, lrs, b, span

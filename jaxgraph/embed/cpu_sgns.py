@@ -34,6 +34,7 @@ from jaxgraph.embed import _hostrng as hr
 from jaxgraph.embed._kernel_args import (
     check_alias,
     check_cap,
+    check_chunk,
     check_floats,
     check_ids,
     check_key,
@@ -233,6 +234,20 @@ def _step(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, shared, 
     return loss
 
 
+@njit(inline="always", cache=True)
+def _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins, outs, w):
+    """Copies step ``s`` of a chunk's flattened pairs into ``ins, outs, w``: step ``s`` of the
+    span of ``I = span`` steps starting at ``g`` takes pairs ``g B + (s - g) + I' j``
+    (``I' = min(I, S' - g)``)."""
+    batch = ins.shape[0]
+    g = (s // span) * span  # the first step of s's span
+    stride = min(span, num_steps - g)
+    start = g * batch + (s - g)
+    for j in range(batch):
+        at = start + stride * j
+        ins[j], outs[j], w[j] = flat_in[at], flat_out[at], flat_w[at]
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk(
     syn0,
@@ -261,17 +276,12 @@ def _chunk(
 ):
     """The steps of :func:`train_chunk`: thread ``t`` of ``T`` trains steps ``t, t + T, ..``
     in turn, without locks (``T = 1``: every step in order). Returns the summed loss."""
-    threads, batch = ins.shape
+    threads = ins.shape[0]
     losses = np.zeros(threads)
     for t in prange(threads):
         total = 0.0
         for s in range(t, num_steps, threads):
-            g = (s // span) * span  # the first step of s's span
-            stride = min(span, num_steps - g)
-            start = g * batch + (s - g)
-            for j in range(batch):
-                at = start + stride * j
-                ins[t, j], outs[t, j], w[t, j] = flat_in[at], flat_out[at], flat_w[at]
+            _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
             step_key = _step_key(key, first_step + s)
             for n in range(negs.shape[1]):
                 _draw_group(step_key, n, accept, alias, negs[t, n])
@@ -436,33 +446,19 @@ def train_chunk(
         changed then.
     """
     n, d = check_tables(syn0, syn1)
-    inputs = np.asarray(inputs)
-    if inputs.ndim != 2 or inputs.shape[1] < 1:
-        raise ValueError(f"inputs must be int[S, B], got shape {inputs.shape}")
-    s_all, b = inputs.shape
-    if not isinstance(num_steps, numbers.Integral) or not 0 <= num_steps <= s_all:
-        raise ValueError(f"num_steps must be an integer in [0, {s_all}], got {num_steps!r}")
+    pairs = check_chunk(inputs, outputs, weights, lrs, num_steps, span, n)
+    flat_in, flat_out, flat_w, lrs, b, span = pairs
     if not isinstance(first_step, numbers.Integral) or first_step < 0:
         raise ValueError(f"first_step must be an integer >= 0, got {first_step!r}")
-    if np.shape(outputs) != (s_all, b):
-        raise ValueError(f"outputs must have shape {(s_all, b)}, got {np.shape(outputs)}")
-    used = slice(0, num_steps)
-    flat_in = check_ids("inputs", inputs[used], n).reshape(-1)
-    flat_out = check_ids("outputs", np.asarray(outputs)[used], n).reshape(-1)
-    flat_w = check_floats("weights", weights, (s_all, b))[used].reshape(-1)
-    lrs = check_floats("lrs", lrs, (s_all,))
     accept, alias = check_alias(accept, alias, n)
     key = check_key(key)
     if not isinstance(negatives, numbers.Integral) or negatives < 1:
         raise ValueError(f"negatives must be an integer >= 1, got {negatives!r}")
     if not isinstance(share, numbers.Integral) or not 1 <= share <= b or b % share:
         raise ValueError(f"share must be in [1, B = {b}] and divide it, got {share!r}")
-    if span is not None and (not isinstance(span, numbers.Integral) or span < 1):
-        raise ValueError(f"span must be an integer >= 1 or None, got {span!r}")
     cap = check_cap(row_cap)
     if num_steps == 0:
         return 0.0
-    span = num_steps if span is None else min(int(span), num_steps)
     groups = b // share
     flat, table = (flat_in, flat_out, flat_w), (accept, alias)
     with _num_threads(threads) as parts:

@@ -97,10 +97,10 @@ class SkipGramConfig:
         DeepWalk's published objective; :mod:`jaxgraph.embed.hsoftmax`; ``negatives`` and
         ``shared_negatives`` are unused).
       kernel: what trains on host-built pairs: ``"jax"`` (the JAX program, any backend),
-        ``"cpu"`` (:mod:`jaxgraph.embed.cpu_sgns`, a compiled kernel with the same update for
-        CPU devices, single-process, negative sampling; its negatives come from other random
-        streams) or ``"auto"`` (default: ``"cpu"`` where those hold on a CPU backend, else
-        ``"jax"``).
+        ``"cpu"`` (:mod:`jaxgraph.embed.cpu_sgns` and :mod:`jaxgraph.embed.cpu_hsoftmax`,
+        compiled kernels with the same update for CPU devices, single-process; its negatives
+        come from other random streams) or ``"auto"`` (default: ``"cpu"`` where those hold on
+        a CPU backend, else ``"jax"``).
       threads: the CPU kernel's threads (None: numba's count for the calling thread, all
         cores unless ``numba.set_num_threads`` lowered it); above one they train steps
         concurrently without locks, so a run's bits vary (:mod:`~jaxgraph.embed.cpu_sgns`).
@@ -153,10 +153,9 @@ class SkipGramConfig:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if self.kernel == "cpu" and (self.objective, self.pairs) != ("negative", "host"):
+        if self.kernel == "cpu" and self.pairs != "host":
             raise ValueError(
-                "kernel='cpu' trains negative sampling on host-built pairs: set "
-                "objective='negative' and pairs='host', or kernel='jax'"
+                "kernel='cpu' trains host-built pairs: set pairs='host', or kernel='jax'"
             )
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1 or None, got {self.threads}")
@@ -179,7 +178,7 @@ class SkipGramConfig:
             raise ValueError("kernel='cpu' trains the replicas of one process: use kernel='jax'")
         if self.kernel != "auto":
             return self.kernel
-        fits = (self.objective, self.pairs) == ("negative", "host") and jax.process_count() == 1
+        fits = self.pairs == "host" and jax.process_count() == 1
         return "cpu" if fits and jax.default_backend() == "cpu" else "jax"
 
     def round_lr(self, round_index: int) -> float:

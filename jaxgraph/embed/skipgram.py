@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.embed import _hostrng as hr
-from jaxgraph.embed import cpu_sgns
+from jaxgraph.embed import cpu_hsoftmax, cpu_sgns
 from jaxgraph.embed.corpus import (
     alias_table,
     corpus_counts,
@@ -40,13 +40,7 @@ from jaxgraph.embed.programs import (
     place_all,
     trainer_programs,
 )
-from jaxgraph.embed.sgns import (
-    NegativeTable,
-    SkipGramConfig,
-    Tables,
-    init_tables,
-    round_walk_order,
-)
+from jaxgraph.embed.sgns import NegativeTable, SkipGramConfig, Tables, init_tables, round_walk_order
 from jaxgraph.embed.walks import Walks
 from jaxgraph.mesh import place
 
@@ -164,7 +158,7 @@ class SkipGramTrainer:
         self._tree, self.path_length = None, None
         if hierarchical:
             tree = huffman_tree(degrees)
-            self._tree = HuffmanTree(*place_all(tree, self._rep))
+            self._tree = tree if self.kernel == "cpu" else HuffmanTree(*place_all(tree, self._rep))
             self.path_length = tree.points.shape[1]
         self._step = 0  # global step counter: keys the negatives
         self._input_bytes = 0  # training input moved host -> device, all rounds
@@ -367,7 +361,7 @@ class SkipGramTrainer:
 
     def _output_layer(self, counts: np.ndarray) -> HuffmanTree | NegativeTable:
         """What the steps train against: the run's Huffman tree, or the alias table of the
-        negatives drawn from ``counts ** 0.75``, on every device."""
+        negatives drawn from ``counts ** 0.75`` (on the devices, or the CPU kernel's host)."""
         if self._tree is not None:
             return self._tree
         table = alias_table(negative_weights(counts))
@@ -391,15 +385,16 @@ class SkipGramTrainer:
     def _run_cpu(self, x_in, x_out, x_w, lr, take, output) -> float:
         """:meth:`_run`'s chunk on every replica with the CPU kernel, in place; replica ``d``
         draws its negatives on the streams of the key of (seed, round, ``d``)."""
-        if take == 0:
-            return 0.0
         self._pull()
         cfg, loss = self.config, 0.0
         rules = (cfg.negatives, cfg.shared_negatives, cfg.interleave, cfg.row_cap, cfg.threads)
         for d, (syn0, syn1) in enumerate(zip(*self._host, strict=True)):
-            key = hr.round_key(self.seed, hr.PURPOSE_NEGATIVES, self._round, d)
-            chunk = (x_in[d], x_out[d], x_w[d], lr, take, key, *output)
-            loss += cpu_sgns.train_chunk(syn0, syn1, *chunk, *rules, first_step=self._step)
+            chunk = (syn0, syn1, x_in[d], x_out[d], x_w[d], lr, take)
+            if isinstance(output, HuffmanTree):
+                loss += cpu_hsoftmax.train_chunk(*chunk, *output, *rules[2:])
+            else:
+                key = hr.round_key(self.seed, hr.PURPOSE_NEGATIVES, self._round, d)
+                loss += cpu_sgns.train_chunk(*chunk, key, *output, *rules, first_step=self._step)
         self._step += take
         return loss
 

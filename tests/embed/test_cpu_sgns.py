@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 import pytest
+from kernel_cases import interleaved_order
 from scipy import stats
 
 from jaxgraph.embed import cpu_sgns
@@ -63,16 +64,6 @@ def test_step_equals_the_jax_step_and_the_oracle(share, row_cap):
     assert np.abs(got1 - syn1).max() > 1e-2  # the step did move the tables
 
 
-def _interleaved(num_steps, batch, span):
-    """``_train_chunk``'s pair order, written out: the flat pair indices of each step."""
-    span = num_steps if span is None else span
-    order = []
-    for g in range(0, num_steps, span):
-        width = min(span, num_steps - g)
-        order += [g * batch + (s - g) + width * np.arange(batch) for s in range(g, g + width)]
-    return order
-
-
 @pytest.mark.parametrize("span", [None, 3])
 @pytest.mark.parametrize("share", [1, 4])
 def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(span, share):
@@ -87,7 +78,7 @@ def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(span, share):
     weights.reshape(-1)[steps * b - 5 :] = 0.0
     lrs = np.linspace(0.2, 0.05, s_all).astype(np.float32)
     accept, alias = alias_table(negative_weights(rng.integers(1, 50, n)))
-    order = _interleaved(steps, b, span)
+    order = interleaved_order(steps, b, span)
     np.testing.assert_array_equal(np.sort(np.concatenate(order)), np.arange(steps * b))
     negs = cpu_sgns.chunk_negatives(key, first, steps, b // share, K, accept, alias)
 
@@ -325,9 +316,9 @@ def test_auto_picks_the_cpu_kernel_where_it_applies():
         return SkipGramTrainer(10, cfg, mesh, degrees=np.ones(10)).kernel
 
     assert kernel() == "cpu"
-    assert kernel(objective="hierarchical") == "jax"
+    assert kernel(objective="hierarchical") == "cpu"  # jaxgraph.embed.cpu_hsoftmax
     assert kernel(pairs="device") == "jax"
-    with pytest.raises(ValueError, match="kernel='cpu' trains negative sampling on host-built"):
+    with pytest.raises(ValueError, match="kernel='cpu' trains host-built pairs"):
         SkipGramConfig(kernel="cpu", pairs="device")
     with pytest.raises(ValueError, match="kernel must be one of"):
         SkipGramConfig(kernel="numba")

@@ -1,0 +1,208 @@
+"""Hierarchical softmax in the compiled CPU kernel: :func:`jaxgraph.embed.hsoftmax.hs_update`'s
+batched rule as :mod:`jaxgraph.embed.cpu_sgns` runs negative sampling's.
+
+A step is one pass on one thread: every pair's path coefficients ``g_l`` and input-row gradient
+``sum_l g_l syn1[p_l]`` from the unchanged tables, then the inner rows' updates ``g_l syn0[i]``
+(the input rows still unchanged), then the input rows', each scaled by the row cap counted over
+one id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is ``N + j``). A chunk deals its
+steps to threads as :func:`jaxgraph.embed.cpu_sgns.train_chunk` does (lock-free above one
+thread); there are no negatives to draw.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from jaxgraph.embed._kernel_args import (
+    check_cap,
+    check_chunk,
+    check_floats,
+    check_ids,
+    check_tables,
+)
+from jaxgraph.embed.cpu_sgns import _FAST, _gather_step, _num_threads, _scale
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def _hs_step(syn0, syn1, ins, outs, weight, points, labels, lr, cap, grad, coef, counts):
+    """One step in place (the module docstring); ``grad: f32[B, d]``, ``coef: f32[B, L]`` and
+    ``counts: int32[2N]`` (zero between steps) are one thread's buffers. Returns the weighted
+    loss before the update."""
+    n_rows, d = syn0.shape
+    b = ins.shape[0]
+    depth = points.shape[1]
+    lr32 = np.float32(lr)
+    zero, one = np.float32(0.0), np.float32(1.0)
+    loss = 0.0
+    for p in range(b):
+        i, t, wp = ins[p], outs[p], weight[p]
+        live = 1 if wp > 0 else 0
+        if cap > 0:
+            counts[i] += live
+        a = lr32 * wp
+        for q in range(d):
+            grad[p, q] = zero
+        for h in range(depth):
+            label = labels[t, h]
+            if label < zero:  # padding: the path has ended
+                coef[p, h] = zero
+                continue
+            r = points[t, h]
+            f = zero
+            for q in range(d):
+                f += syn0[i, q] * syn1[r, q]
+            # sigmoid and -log sigmoid((2 label - 1) f) through e = exp(-|f|), as cpu_sgns.
+            e = math.exp(-abs(f))
+            inv = one / (one + e)
+            sig = inv if f >= zero else e * inv
+            g = (label - sig) * a
+            coef[p, h] = g
+            x = f if label > np.float32(0.5) else -f
+            loss += wp * (math.log(1.0 + np.float64(e)) + max(-np.float64(x), 0.0))
+            for q in range(d):
+                grad[p, q] += g * syn1[r, q]
+            if cap > 0:
+                counts[n_rows + r] += live
+    for p in range(b):
+        i, t = ins[p], outs[p]
+        for h in range(depth):
+            if labels[t, h] < zero:
+                continue
+            r = points[t, h]
+            c = coef[p, h] * _scale(counts, n_rows + r, cap)
+            for q in range(d):
+                syn1[r, q] += c * syn0[i, q]
+    for p in range(b):
+        i = ins[p]
+        c = _scale(counts, i, cap)
+        for q in range(d):
+            syn0[i, q] += c * grad[p, q]
+    if cap > 0:
+        for p in range(b):
+            counts[ins[p]] = 0
+            t = outs[p]
+            for h in range(depth):
+                counts[n_rows + points[t, h]] = 0
+    return loss
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _chunk(
+    syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, points, labels, cap,
+    grad, coef, counts, ins, outs, w,
+):  # fmt: skip
+    """The steps of :func:`train_chunk`, thread ``t`` of ``T`` training steps ``t, t + T, ..``
+    without locks; the buffers from ``grad`` on have a leading thread axis. Returns the summed
+    loss."""
+    threads = ins.shape[0]
+    losses = np.zeros(threads)
+    for t in prange(threads):
+        total = 0.0
+        for s in range(t, num_steps, threads):
+            _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
+            total += _hs_step(
+                syn0, syn1, ins[t], outs[t], w[t], points, labels, lrs[s], cap,
+                grad[t], coef[t], counts[t],
+            )  # fmt: skip
+        losses[t] = total
+    return losses.sum()
+
+
+def _check_tree(points, labels, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tree's paths as contiguous ``(int32[N, L], f32[N, L])`` (:class:`HuffmanTree`)."""
+    labels = check_floats("labels", labels, np.shape(labels))
+    if labels.ndim != 2 or labels.shape[0] != num_rows:
+        raise ValueError(f"labels must be f32[N = {num_rows}, L], got shape {labels.shape}")
+    return check_ids("points", points, num_rows - 1, labels.shape), labels
+
+
+def step_update(syn0, syn1, inputs, outputs, points, labels, weight, lr, row_cap=None) -> float:
+    """One batched hierarchical-softmax step in place: :func:`jaxgraph.embed.hsoftmax.hs_update`'s
+    rule.
+
+    Shapes:
+      ``syn0, syn1: f32[N, d]`` (C-contiguous, updated in place), ``inputs, outputs: int[B]``,
+      ``points: int[N, L]``, ``labels: f[N, L]`` (a :class:`~jaxgraph.embed.hsoftmax.HuffmanTree`
+      on the host), ``weight: f[B]`` (``0`` for padding pairs).
+
+    Returns:
+      The weighted loss before the update.
+
+    Raises:
+      ValueError: on bad tables, ids, shapes, a non-finite ``lr`` or weight, or a bad
+        ``row_cap``; nothing is changed then.
+    """
+    n, d = check_tables(syn0, syn1)
+    inputs = check_ids("inputs", inputs, n)
+    if inputs.ndim != 1:
+        raise ValueError(f"inputs must be int[B], got shape {inputs.shape}")
+    b = inputs.shape[0]
+    outputs = check_ids("outputs", outputs, n, (b,))
+    points, labels = _check_tree(points, labels, n)
+    weight = check_floats("weight", weight, (b,))
+    if not math.isfinite(lr):
+        raise ValueError(f"lr must be finite, got {lr}")
+    cap = check_cap(row_cap)
+    grad = np.empty((b, d), np.float32)
+    coef = np.empty((b, labels.shape[1]), np.float32)
+    counts = np.zeros(2 * n, np.int32)
+    args = (inputs, outputs, weight, points, labels, np.float32(lr), cap, grad, coef, counts)
+    return _hs_step(syn0, syn1, *args)
+
+
+def train_chunk(
+    syn0: np.ndarray,
+    syn1: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+    weights: np.ndarray,
+    lrs: np.ndarray,
+    num_steps: int,
+    points: np.ndarray,
+    labels: np.ndarray,
+    span: int | None = None,
+    row_cap: int | None = None,
+    threads: int | None = None,
+) -> float:
+    """The first ``num_steps`` steps of a chunk on one replica, in place, in
+    :func:`jaxgraph.embed.cpu_sgns.train_chunk`'s order (interleaved spans, a rate per step,
+    zero-weight padding) with :func:`step_update`'s rule.
+
+    Shapes:
+      ``inputs, outputs: int[S, B]``, ``weights: f[S, B]``, ``lrs: f[S]``; the rest as
+      :func:`step_update`.
+
+    Args:
+      num_steps: ``S' <= S`` steps to train.
+      span: steps whose batches interleave (None: all ``S'``).
+      row_cap: as :func:`step_update`.
+      threads: numba threads (None: numba's current count); above one, steps train
+        concurrently without locks.
+
+    Returns:
+      The summed loss of the steps.
+
+    Raises:
+      ValueError: on bad tables, shapes, ids or arguments; nothing is changed then.
+    """
+    n, d = check_tables(syn0, syn1)
+    pairs = check_chunk(inputs, outputs, weights, lrs, num_steps, span, n)
+    flat_in, flat_out, flat_w, lrs, b, span = pairs
+    points, labels = _check_tree(points, labels, n)
+    cap = check_cap(row_cap)
+    if num_steps == 0:
+        return 0.0
+    with _num_threads(threads) as parts:
+        bufs = (
+            np.empty((parts, b, d), np.float32),
+            np.empty((parts, b, labels.shape[1]), np.float32),
+            np.zeros((parts, 2 * n), np.int32),
+            np.empty((parts, b), np.int32),
+            np.empty((parts, b), np.int32),
+            np.empty((parts, b), np.float32),
+        )
+        flat = (flat_in, flat_out, flat_w)
+        return _chunk(syn0, syn1, *flat, lrs, num_steps, span, points, labels, cap, *bufs)
