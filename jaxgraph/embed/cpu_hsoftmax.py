@@ -16,6 +16,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from jaxgraph.embed._intrinsics import store_release
 from jaxgraph.embed._kernel_args import (
     check_cap,
     check_chunk,
@@ -23,7 +24,7 @@ from jaxgraph.embed._kernel_args import (
     check_ids,
     check_tables,
 )
-from jaxgraph.embed.cpu_sgns import _FAST, _gather_step, _num_threads, _scale
+from jaxgraph.embed.cpu_sgns import _FAST, _await_steps, _gather_step, _num_threads, _scale
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
@@ -99,14 +100,17 @@ def _chunk(
     loss."""
     threads = ins.shape[0]
     losses = np.zeros(threads)
+    done = np.zeros(threads, np.int64)
     for t in prange(threads):
         total = 0.0
         for s in range(t, num_steps, threads):
+            _await_steps(done, t, s, threads)
             _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
             total += _hs_step(
                 syn0, syn1, ins[t], outs[t], w[t], points, labels, lrs[s], cap,
                 grad[t], coef[t], counts[t],
             )  # fmt: skip
+            store_release(done, t, (s - t) // threads + 1)
         losses[t] = total
     return losses.sum()
 

@@ -13,10 +13,12 @@ ahead are prefetched (the rows are random and the step is bound by memory latenc
 :func:`jaxgraph.embed.programs._train_chunk` for one replica (interleaved spans, a rate per
 step, zero-weight padding) with the negatives drawn in the kernel from the alias table on
 counter-based streams, one per (key, global step, group) (:func:`chunk_negatives`). With ``T``
-threads, thread ``t`` trains steps ``t, t + T, ..`` in turn, lock-free across threads (as
-word2vec's and gensim's workers): two concurrent steps each read the other's rows as they are,
-so ``T > 1`` differs from one thread where concurrent steps meet a row, and its bits vary from
-run to run; one thread gives the JAX step's result to fp32 tolerance and repeats its bits.
+threads, thread ``t`` trains steps ``t, t + T, ..`` in turn, without locks on the rows (as
+word2vec's and gensim's workers), and starts step ``s`` only once every step up to ``s - T`` is
+done: a step misses the updates of at most the ``T - 1`` steps before it, however the threads
+are scheduled. Concurrent steps read each other's rows as they find them, so ``T > 1``'s bits
+vary from run to run; one thread gives the JAX step's result to fp32 tolerance and repeats its
+bits.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed._intrinsics import load_acquire, prefetch_row, store_release
 from jaxgraph.embed._kernel_args import (
     check_alias,
     check_cap,
@@ -40,7 +43,6 @@ from jaxgraph.embed._kernel_args import (
     check_key,
     check_tables,
 )
-from jaxgraph.embed._prefetch import prefetch_row
 
 # Reassociation vectorises the dot products and row updates (fp32 rounding differs, within
 # tolerance); no nnan / ninf, so a diverging table still shows NaN or inf.
@@ -248,6 +250,19 @@ def _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins, outs, w):
         ins[j], outs[j], w[j] = flat_in[at], flat_out[at], flat_w[at]
 
 
+@njit(inline="always", cache=True)
+def _await_steps(done, t, s, threads):
+    """Thread ``t`` of ``T = threads`` waits, before step ``s``, until every step up to
+    ``s - T`` is done (``done[u]``: steps thread ``u`` finished, of ``u, u + T, ..``), so a step
+    misses the updates of at most the ``T - 1`` steps before it."""
+    last = s - threads
+    for u in range(threads):
+        if u != t and last >= u:
+            need = (last - u) // threads + 1
+            while load_acquire(done, u) < need:
+                pass
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk(
     syn0,
@@ -275,12 +290,15 @@ def _chunk(
     negs,
 ):
     """The steps of :func:`train_chunk`: thread ``t`` of ``T`` trains steps ``t, t + T, ..``
-    in turn, without locks (``T = 1``: every step in order). Returns the summed loss."""
+    in turn, each once the steps ``T`` or more before it are done (``T = 1``: every step in
+    order). Returns the summed loss."""
     threads = ins.shape[0]
     losses = np.zeros(threads)
+    done = np.zeros(threads, np.int64)
     for t in prange(threads):
         total = 0.0
         for s in range(t, num_steps, threads):
+            _await_steps(done, t, s, threads)
             _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
             step_key = _step_key(key, first_step + s)
             for n in range(negs.shape[1]):
@@ -289,6 +307,7 @@ def _chunk(
                 syn0, syn1, ins[t], outs[t], w[t], negs[t], lrs[s], cap,
                 grad[t], pos[t], neg[t], shared[t], hit[t], counts[t],
             )  # fmt: skip
+            store_release(done, t, (s - t) // threads + 1)
         losses[t] = total
     return losses.sum()
 

@@ -107,7 +107,7 @@ def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(span, share):
 @pytest.mark.parametrize("share", [1, 8])
 def test_two_threads_train_every_step_once(share):
     """Thread ``t`` trains steps ``t, t + 2, ..`` without locks, so a step of 2 threads misses
-    the updates of the steps that run beside it (one, or more when a thread is preempted): the
+    the updates of the step that runs beside it (at most one, by the kernel's wait): the
     tables land within 5 % of the distance they moved (the margin by which the kernel's loss
     may differ from the JAX program's on other negatives), and the loss sums the same steps'
     losses (each from a slightly other state). One thread repeats its bits."""
