@@ -32,6 +32,7 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 
 from jaxgraph.embed import _hostrng as hr
@@ -157,8 +158,9 @@ class SkipGramConfig:
             raise ValueError(
                 "kernel='cpu' trains host-built pairs: set pairs='host', or kernel='jax'"
             )
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1 or None, got {self.threads}")
+        cores = numba.config.NUMBA_NUM_THREADS  # what numba may use on this machine
+        if self.threads is not None and not 1 <= self.threads <= cores:
+            raise ValueError(f"threads must be in [1, {cores}] or None, got {self.threads}")
         if self.pairs not in ("host", "device"):
             raise ValueError(f"pairs must be 'host' or 'device', got {self.pairs!r}")
         if self.pairs == "device" and self.window > MAX_WINDOW:

@@ -164,6 +164,7 @@ def test_embed_with_the_kernel_trains_as_the_jax_program(parts):
     assert acc[0.5]["micro"]["mean"] > 0.9
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_embed_with_two_kernel_threads_trains_as_one():
     """2 lock-free threads on 2 devices against one thread: every round's loss within 5 % (the
     margin of the negative-sampling kernel's test) and the blocks learnt."""

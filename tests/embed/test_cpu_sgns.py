@@ -284,6 +284,7 @@ def test_embed_with_the_cpu_kernel_learns_the_blocks(parts):
     assert abs(jax_run.rounds[-1].loss - res.rounds[-1].loss) < 0.05 * jax_run.rounds[-1].loss
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_embed_with_two_kernel_threads_trains_as_one():
     """Lock-free threads (steps trained concurrently) against one thread, same pairs and
     negatives: every round's loss within 5 % (the margin the kernel keeps to the JAX program on
@@ -322,3 +323,7 @@ def test_auto_picks_the_cpu_kernel_where_it_applies():
         SkipGramConfig(kernel="cpu", pairs="device")
     with pytest.raises(ValueError, match="kernel must be one of"):
         SkipGramConfig(kernel="numba")
+    cores = numba.config.NUMBA_NUM_THREADS
+    for bad in (0, cores + 1):  # refused with the config, before any data is read
+        with pytest.raises(ValueError, match=rf"threads must be in \[1, {cores}\] or None"):
+            SkipGramConfig(threads=bad)
