@@ -16,7 +16,6 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from jaxgraph.embed._intrinsics import store_release
 from jaxgraph.embed._kernel_args import (
     check_cap,
     check_chunk,
@@ -24,7 +23,14 @@ from jaxgraph.embed._kernel_args import (
     check_ids,
     check_tables,
 )
-from jaxgraph.embed.cpu_sgns import _FAST, _await_steps, _gather_step, _num_threads, _scale
+from jaxgraph.embed.cpu_sgns import (
+    _FAST,
+    _await_steps,
+    _finish_step,
+    _gather_step,
+    _num_threads,
+    _scale,
+)
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
@@ -110,7 +116,7 @@ def _chunk(
                 syn0, syn1, ins[t], outs[t], w[t], points, labels, lrs[s], cap,
                 grad[t], coef[t], counts[t],
             )  # fmt: skip
-            store_release(done, t, (s - t) // threads + 1)
+            _finish_step(done, t, s, threads)
         losses[t] = total
     return losses.sum()
 

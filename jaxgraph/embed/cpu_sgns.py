@@ -67,6 +67,15 @@ def _draw_group(step_key, group, accept, alias, out):
         out[k] = j if u < accept[j] else alias[j]
 
 
+@njit(inline="always", cache=True)
+def _draw_step(key, step, accept, alias, out):
+    """Fills ``out: int32[B / G, K]`` with the negatives of every group of global step
+    ``step`` under the chunk key ``key``."""
+    step_key = _step_key(key, step)
+    for n in range(out.shape[0]):
+        _draw_group(step_key, n, accept, alias, out[n])
+
+
 class _Workspace(NamedTuple):
     """One buffer per thread (leading axis ``T``) for its steps of ``B`` pairs in ``B / G``
     groups of ``K`` negatives: ``grad: f32[T, B, d]`` each pair's input-row gradient, ``pos:
@@ -263,6 +272,13 @@ def _await_steps(done, t, s, threads):
                 pass
 
 
+@njit(inline="always", cache=True)
+def _finish_step(done, t, s, threads):
+    """Thread ``t`` publishes, after step ``s``'s table writes, that it has finished its
+    steps up to ``s`` (the count :func:`_await_steps` waits for)."""
+    store_release(done, t, (s - t) // threads + 1)
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk(
     syn0,
@@ -300,14 +316,12 @@ def _chunk(
         for s in range(t, num_steps, threads):
             _await_steps(done, t, s, threads)
             _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
-            step_key = _step_key(key, first_step + s)
-            for n in range(negs.shape[1]):
-                _draw_group(step_key, n, accept, alias, negs[t, n])
+            _draw_step(key, first_step + s, accept, alias, negs[t])
             total += _step(
                 syn0, syn1, ins[t], outs[t], w[t], negs[t], lrs[s], cap,
                 grad[t], pos[t], neg[t], shared[t], hit[t], counts[t],
             )  # fmt: skip
-            store_release(done, t, (s - t) // threads + 1)
+            _finish_step(done, t, s, threads)
         losses[t] = total
     return losses.sum()
 
@@ -315,10 +329,8 @@ def _chunk(
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk_negatives(key, first_step, accept, alias, out):
     """Fills ``out: int32[S, B/G, K]`` with the negatives of steps ``first_step ..``."""
-    for s in range(out.shape[0]):
-        step_key = _step_key(key, first_step + s)
-        for n in prange(out.shape[1]):
-            _draw_group(step_key, n, accept, alias, out[s, n])
+    for s in prange(out.shape[0]):
+        _draw_step(key, first_step + s, accept, alias, out[s])
 
 
 @contextlib.contextmanager
