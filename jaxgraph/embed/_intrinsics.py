@@ -7,12 +7,12 @@ some of it. The prefetch asks to read: one that asks to write takes a line from 
 while its thread is updating the same hub rows, and on an R-MAT of 10,000 nodes halved the
 2-thread rate (1.6M against 3.7M pairs/s).
 
-**Counters.** A kernel's threads publish how many steps each has finished: a release store after
-a step's table writes, an acquire load before a step reads the tables, so a thread that sees a
-count also sees that step's updates (numba has no atomics on the CPU).
+**Counters.** A kernel's threads publish how many steps are written: a release store after a
+step's table writes, an acquire load before the next step's, so a thread that sees a count also
+sees those steps' updates (numba has no atomics on the CPU).
 
 numba caches a kernel by its own file: after changing this one, touch the files of the kernels
-that use it (``cpu_sgns.py``, ``cpu_hsoftmax.py``)."""
+that use it (``_kernel_steps.py``, ``cpu_sgns.py``, ``cpu_hsoftmax.py``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Hierarchical softmax in the compiled CPU kernel: :func:`jaxgraph.embed.hsoftmax.hs_update`'s
 batched rule as :mod:`jaxgraph.embed.cpu_sgns` runs negative sampling's.
 
-A step is one pass on one thread: every pair's path coefficients ``g_l`` and input-row gradient
-``sum_l g_l syn1[p_l]`` from the unchanged tables, then the inner rows' updates ``g_l syn0[i]``
-(the input rows still unchanged), then the input rows', each scaled by the row cap counted over
-one id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is ``N + j``). A chunk deals its
-steps to threads as :func:`jaxgraph.embed.cpu_sgns.train_chunk` does (lock-free above one
-thread); there are no negatives to draw.
+A step runs on one thread in two passes: :func:`_gradients` computes every pair's path
+coefficients ``g_l`` and input-row gradient ``sum_l g_l syn1[p_l]`` from the tables, then
+:func:`_write` applies the inner rows' updates ``g_l syn0[i]`` (the input rows still unchanged),
+then the input rows', each scaled by the row cap counted over one id space (``syn0`` row ``i`` is
+id ``i``, ``syn1`` row ``j`` is ``N + j``). A chunk's steps are shared by threads as
+:mod:`jaxgraph.embed._kernel_steps` describes; there are no negatives to draw.
 """
 
 from __future__ import annotations
@@ -23,21 +23,15 @@ from jaxgraph.embed._kernel_args import (
     check_ids,
     check_tables,
 )
-from jaxgraph.embed.cpu_sgns import (
-    _FAST,
-    _await_steps,
-    _finish_step,
-    _gather_step,
-    _num_threads,
-    _scale,
-)
+from jaxgraph.embed._kernel_steps import await_written, gather_step, mark_written, num_threads
+from jaxgraph.embed.cpu_sgns import _FAST, _scale
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def _hs_step(syn0, syn1, ins, outs, weight, points, labels, lr, cap, grad, coef, counts):
-    """One step in place (the module docstring); ``grad: f32[B, d]``, ``coef: f32[B, L]`` and
-    ``counts: int32[2N]`` (zero between steps) are one thread's buffers. Returns the weighted
-    loss before the update."""
+def _gradients(syn0, syn1, ins, outs, weight, points, labels, lr, cap, grad, coef, counts):
+    """A step's first pass (the module docstring), reading the tables; ``grad: f32[B, d]``,
+    ``coef: f32[B, L]`` and ``counts: int32[2N]`` (zero between steps) are one thread's buffers.
+    Returns the weighted loss before the update."""
     n_rows, d = syn0.shape
     b = ins.shape[0]
     depth = points.shape[1]
@@ -73,6 +67,17 @@ def _hs_step(syn0, syn1, ins, outs, weight, points, labels, lr, cap, grad, coef,
                 grad[p, q] += g * syn1[r, q]
             if cap > 0:
                 counts[n_rows + r] += live
+    return loss
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def _write(syn0, syn1, ins, outs, points, labels, cap, grad, coef, counts):
+    """A step's second pass: :func:`_gradients`' updates applied in place, the cap's counters
+    cleared."""
+    n_rows, d = syn0.shape
+    b = ins.shape[0]
+    depth = points.shape[1]
+    zero = np.float32(0.0)
     for p in range(b):
         i, t = ins[p], outs[p]
         for h in range(depth):
@@ -93,7 +98,6 @@ def _hs_step(syn0, syn1, ins, outs, weight, points, labels, lr, cap, grad, coef,
             t = outs[p]
             for h in range(depth):
                 counts[n_rows + points[t, h]] = 0
-    return loss
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -102,21 +106,22 @@ def _chunk(
     grad, coef, counts, ins, outs, w,
 ):  # fmt: skip
     """The steps of :func:`train_chunk`, thread ``t`` of ``T`` training steps ``t, t + T, ..``
-    without locks; the buffers from ``grad`` on have a leading thread axis. Returns the summed
-    loss."""
+    (:mod:`~jaxgraph.embed._kernel_steps`); the buffers from ``grad`` on have a leading thread
+    axis. Returns the summed loss."""
     threads = ins.shape[0]
     losses = np.zeros(threads)
-    done = np.zeros(threads, np.int64)
+    written = np.zeros(1, np.int64)
     for t in prange(threads):
         total = 0.0
         for s in range(t, num_steps, threads):
-            _await_steps(done, t, s, threads)
-            _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
-            total += _hs_step(
+            gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
+            total += _gradients(
                 syn0, syn1, ins[t], outs[t], w[t], points, labels, lrs[s], cap,
                 grad[t], coef[t], counts[t],
             )  # fmt: skip
-            _finish_step(done, t, s, threads)
+            await_written(written, s)
+            _write(syn0, syn1, ins[t], outs[t], points, labels, cap, grad[t], coef[t], counts[t])
+            mark_written(written, s)
         losses[t] = total
     return losses.sum()
 
@@ -159,8 +164,11 @@ def step_update(syn0, syn1, inputs, outputs, points, labels, weight, lr, row_cap
     grad = np.empty((b, d), np.float32)
     coef = np.empty((b, labels.shape[1]), np.float32)
     counts = np.zeros(2 * n, np.int32)
-    args = (inputs, outputs, weight, points, labels, np.float32(lr), cap, grad, coef, counts)
-    return _hs_step(syn0, syn1, *args)
+    loss = _gradients(
+        syn0, syn1, inputs, outputs, weight, points, labels, np.float32(lr), cap, grad, coef, counts
+    )
+    _write(syn0, syn1, inputs, outputs, points, labels, cap, grad, coef, counts)
+    return loss
 
 
 def train_chunk(
@@ -189,8 +197,8 @@ def train_chunk(
       num_steps: ``S' <= S`` steps to train.
       span: steps whose batches interleave (None: all ``S'``).
       row_cap: as :func:`step_update`.
-      threads: numba threads (None: numba's current count); above one, steps train
-        concurrently without locks.
+      threads: numba threads (None: numba's current count); above one, steps overlap
+        (:mod:`~jaxgraph.embed._kernel_steps`).
 
     Returns:
       The summed loss of the steps.
@@ -205,7 +213,7 @@ def train_chunk(
     cap = check_cap(row_cap)
     if num_steps == 0:
         return 0.0
-    with _num_threads(threads) as parts:
+    with num_threads(threads) as parts:
         bufs = (
             np.empty((parts, b, d), np.float32),
             np.empty((parts, b, labels.shape[1]), np.float32),

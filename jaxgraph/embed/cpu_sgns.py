@@ -1,39 +1,34 @@
 """The batched SGNS step of :func:`jaxgraph.embed.sgns.sgns_update` as a compiled CPU kernel.
 
 JAX's CPU runtime runs the per-pair gathers and scatter-adds of a batched step as serial loops.
-Here a step is one numba pass on one thread (:func:`_step`): every pair's input-row gradient and
-its output rows' coefficients from the unchanged tables, then the output rows' updates (multiples
-of the still unchanged input rows, or with ``G > 1`` a shared negative's sum over its group),
-then the input rows', each scaled by the row cap ``min(1, c / k)`` counted over one id space
-(``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is id ``N + j``) in counters cleared only at
-the batch's ids, so a step costs ``O(B (K + 2) d)``, not ``O(N d)``. The rows of the pair two
-ahead are prefetched (the rows are random and the step is bound by memory latency).
+Here a step runs on one thread in two passes: :func:`_gradients` computes every pair's input-row
+gradient and its output rows' coefficients from the tables, then :func:`_write` applies the
+output rows' updates (multiples of the input rows, or with ``G > 1`` a shared negative's sum over
+its group), then the input rows', each scaled by the row cap ``min(1, c / k)`` counted over one
+id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is id ``N + j``) in counters cleared
+only at the batch's ids, so a step costs ``O(B (K + 2) d)``, not ``O(N d)``. The rows of the pair
+two ahead are prefetched (the rows are random and the step is bound by memory latency).
 
 :func:`step_update` is one step; :func:`train_chunk` is
 :func:`jaxgraph.embed.programs._train_chunk` for one replica (interleaved spans, a rate per
 step, zero-weight padding) with the negatives drawn in the kernel from the alias table on
-counter-based streams, one per (key, global step, group) (:func:`chunk_negatives`). With ``T``
-threads, thread ``t`` trains steps ``t, t + T, ..`` in turn, without locks on the rows (as
-word2vec's and gensim's workers), and starts step ``s`` only once every step up to ``s - T`` is
-done: a step misses the updates of at most the ``T - 1`` steps before it, however the threads
-are scheduled. Concurrent steps read each other's rows as they find them, so ``T > 1``'s bits
-vary from run to run; one thread gives the JAX step's result to fp32 tolerance and repeats its
-bits.
+counter-based streams, one per (key, global step, group) (:func:`chunk_negatives`). Threads
+share a chunk's steps as :mod:`jaxgraph.embed._kernel_steps` describes: gradients overlap,
+writes go in step order, so ``T > 1``'s bits vary from run to run; one thread gives the JAX
+step's result to fp32 tolerance and repeats its bits.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 from typing import NamedTuple
 
-import numba
 import numpy as np
 from numba import njit, prange
 
 from jaxgraph.embed import _hostrng as hr
-from jaxgraph.embed._intrinsics import load_acquire, prefetch_row, store_release
+from jaxgraph.embed._intrinsics import prefetch_row
 from jaxgraph.embed._kernel_args import (
     check_alias,
     check_cap,
@@ -43,6 +38,7 @@ from jaxgraph.embed._kernel_args import (
     check_key,
     check_tables,
 )
+from jaxgraph.embed._kernel_steps import await_written, gather_step, mark_written, num_threads
 
 # Reassociation vectorises the dot products and row updates (fp32 rounding differs, within
 # tolerance); no nnan / ninf, so a diverging table still shows NaN or inf.
@@ -142,8 +138,8 @@ def _prefetch_pair(syn0, syn1, ins, outs, negs, p, share):
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def _step(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, shared, hit, counts):
-    """One step in place on one thread (:func:`step_update`'s rule); the buffers are one
+def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, shared, hit, counts):
+    """A step's first pass (:func:`step_update`'s rule), reading the tables: fills one
     thread's slices of :class:`_Workspace`. Returns the step's weighted loss."""
     n_rows, d = syn0.shape
     b = ins.shape[0]
@@ -208,6 +204,17 @@ def _step(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, shared, 
         if cap > 0:
             for k in range(kn):
                 counts[n_rows + negs[n, k]] += hit[n, k]
+    return loss
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
+    """A step's second pass: :func:`_gradients`' updates applied to the tables in place, and
+    the cap's counters cleared."""
+    n_rows, d = syn0.shape
+    b = ins.shape[0]
+    groups, kn = negs.shape
+    share = b // groups
     # Output rows first (their updates are multiples of the unchanged input rows), then the
     # input rows; each update scaled by its row's cap.
     for n in range(groups - 1, -1, -1):
@@ -242,41 +249,6 @@ def _step(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, shared, 
         for n in range(groups):
             for k in range(kn):
                 counts[n_rows + negs[n, k]] = 0
-    return loss
-
-
-@njit(inline="always", cache=True)
-def _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins, outs, w):
-    """Copies step ``s`` of a chunk's flattened pairs into ``ins, outs, w``: step ``s`` of the
-    span of ``I = span`` steps starting at ``g`` takes pairs ``g B + (s - g) + I' j``
-    (``I' = min(I, S' - g)``)."""
-    batch = ins.shape[0]
-    g = (s // span) * span  # the first step of s's span
-    stride = min(span, num_steps - g)
-    start = g * batch + (s - g)
-    for j in range(batch):
-        at = start + stride * j
-        ins[j], outs[j], w[j] = flat_in[at], flat_out[at], flat_w[at]
-
-
-@njit(inline="always", cache=True)
-def _await_steps(done, t, s, threads):
-    """Thread ``t`` of ``T = threads`` waits, before step ``s``, until every step up to
-    ``s - T`` is done (``done[u]``: steps thread ``u`` finished, of ``u, u + T, ..``), so a step
-    misses the updates of at most the ``T - 1`` steps before it."""
-    last = s - threads
-    for u in range(threads):
-        if u != t and last >= u:
-            need = (last - u) // threads + 1
-            while load_acquire(done, u) < need:
-                pass
-
-
-@njit(inline="always", cache=True)
-def _finish_step(done, t, s, threads):
-    """Thread ``t`` publishes, after step ``s``'s table writes, that it has finished its
-    steps up to ``s`` (the count :func:`_await_steps` waits for)."""
-    store_release(done, t, (s - t) // threads + 1)
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -305,23 +277,36 @@ def _chunk(
     w,
     negs,
 ):
-    """The steps of :func:`train_chunk`: thread ``t`` of ``T`` trains steps ``t, t + T, ..``
-    in turn, each once the steps ``T`` or more before it are done (``T = 1``: every step in
-    order). Returns the summed loss."""
+    """The steps of :func:`train_chunk`: thread ``t`` of ``T`` trains steps ``t, t + T, ..``,
+    writing each once the step before it is written (:mod:`~jaxgraph.embed._kernel_steps`).
+    Returns the summed loss."""
     threads = ins.shape[0]
     losses = np.zeros(threads)
-    done = np.zeros(threads, np.int64)
+    written = np.zeros(1, np.int64)
     for t in prange(threads):
         total = 0.0
         for s in range(t, num_steps, threads):
-            _await_steps(done, t, s, threads)
-            _gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
+            gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
             _draw_step(key, first_step + s, accept, alias, negs[t])
-            total += _step(
+            total += _gradients(
                 syn0, syn1, ins[t], outs[t], w[t], negs[t], lrs[s], cap,
                 grad[t], pos[t], neg[t], shared[t], hit[t], counts[t],
             )  # fmt: skip
-            _finish_step(done, t, s, threads)
+            await_written(written, s)
+            _write(
+                syn0,
+                syn1,
+                ins[t],
+                outs[t],
+                negs[t],
+                cap,
+                grad[t],
+                pos[t],
+                neg[t],
+                shared[t],
+                counts[t],
+            )
+            mark_written(written, s)
         losses[t] = total
     return losses.sum()
 
@@ -331,23 +316,6 @@ def _chunk_negatives(key, first_step, accept, alias, out):
     """Fills ``out: int32[S, B/G, K]`` with the negatives of steps ``first_step ..``."""
     for s in prange(out.shape[0]):
         _draw_step(key, first_step + s, accept, alias, out[s])
-
-
-@contextlib.contextmanager
-def _num_threads(threads: int | None):
-    """Runs the block on ``threads`` numba threads (None: numba's current count), restoring
-    the count after."""
-    limit = numba.config.NUMBA_NUM_THREADS
-    if threads is None:
-        threads = numba.get_num_threads()
-    if not isinstance(threads, numbers.Integral) or not 1 <= threads <= limit:
-        raise ValueError(f"threads must be an integer in [1, {limit}] or None, got {threads!r}")
-    previous = numba.get_num_threads()
-    numba.set_num_threads(int(threads))
-    try:
-        yield int(threads)
-    finally:
-        numba.set_num_threads(previous)
 
 
 def step_update(
@@ -400,8 +368,11 @@ def step_update(
         raise ValueError(f"lr must be finite, got {lr}")
     cap = check_cap(row_cap)
     ws = _Workspace.create(1, n, d, b, *negatives.shape)
-    buffers = (ws.grad[0], ws.pos[0], ws.neg[0], ws.shared[0], ws.hit[0], ws.counts[0])
-    return _step(syn0, syn1, inputs, outputs, weight, negatives, np.float32(lr), cap, *buffers)
+    grad, pos, neg, shared, hit, counts = (a[0] for a in ws[:6])
+    args = (inputs, outputs, weight, negatives, np.float32(lr), cap, grad, pos, neg, shared, hit)
+    loss = _gradients(syn0, syn1, *args, counts)
+    _write(syn0, syn1, inputs, outputs, negatives, cap, grad, pos, neg, shared, counts)
+    return loss
 
 
 def chunk_negatives(
@@ -466,7 +437,7 @@ def train_chunk(
       span: ``I``, steps whose batches interleave (None: all ``S'``).
       row_cap: as :func:`step_update`.
       threads: numba threads for the call (None: numba's current count); above one, steps
-        train concurrently without locks (module docstring).
+        overlap (:mod:`~jaxgraph.embed._kernel_steps`).
       first_step: the global index of step 0 (keys the negatives).
 
     Returns:
@@ -492,7 +463,7 @@ def train_chunk(
         return 0.0
     groups = b // share
     flat, table = (flat_in, flat_out, flat_w), (accept, alias)
-    with _num_threads(threads) as parts:
+    with num_threads(threads) as parts:
         ws = _Workspace.create(parts, n, d, b, groups, int(negatives))
         return _chunk(
             syn0, syn1, *flat, lrs, num_steps, span, key, np.int64(first_step), *table, cap, *ws
