@@ -26,12 +26,12 @@ def _tables(rng, n, d):
     return syn0, syn1
 
 
-def _batch(rng, n, b, share):
-    """Ids from few rows (many duplicates), a negative equal to its pair's positive, and
-    padding pairs of weight 0 (one whole group of them when ``share > 1``)."""
+def _batch(rng, n, b, share, k=K):
+    """Ids from ``n`` rows (many duplicates when few), a negative equal to its pair's positive,
+    and padding pairs of weight 0 (one whole group of them when ``share > 1``)."""
     inputs = rng.integers(0, n, b).astype(np.int32)
     outputs = rng.integers(0, n, b).astype(np.int32)
-    negatives = rng.integers(0, n, (b // share, K)).astype(np.int32)
+    negatives = rng.integers(0, n, (b // share, k)).astype(np.int32)
     negatives[0, 1] = outputs[0]
     weight = (rng.random(b) > 0.2).astype(np.float32)
     weight[-share:] = 0.0
@@ -48,10 +48,13 @@ def _jax_step(syn0, syn1, inputs, outputs, negatives, weight, lr, row_cap):
 
 @pytest.mark.parametrize("row_cap", [None, 1, 3])
 @pytest.mark.parametrize("share", [1, 4])
-def test_step_equals_the_jax_step_and_the_oracle(share, row_cap):
+@pytest.mark.parametrize("rows, k", [(9, 5), (3000, 5), (9, 2), (9, 8)])
+def test_step_equals_the_jax_step_and_the_oracle(rows, k, share, row_cap):
+    """Few rows (every row shared by several pairs) and many; ``K`` negatives scored in one
+    block of six rows with the positive (5), in a block with unused rows (2) and in two (8)."""
     rng = np.random.default_rng(10 * share + (row_cap or 0))
-    syn0, syn1 = _tables(rng, 9, 16)
-    batch = _batch(rng, 9, 32, share)
+    syn0, syn1 = _tables(rng, rows, 16)
+    batch = _batch(rng, rows, 32, share, k)
     lr = 0.3
     want0, want1, want_loss = _jax_step(syn0, syn1, *batch, lr, row_cap)
     ref0, ref1 = sgns_update_reference(syn0, syn1, *batch, lr, row_cap)
@@ -66,11 +69,13 @@ def test_step_equals_the_jax_step_and_the_oracle(share, row_cap):
 
 @pytest.mark.parametrize("span", [None, 3])
 @pytest.mark.parametrize("share", [1, 4])
-def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(span, share):
+@pytest.mark.parametrize("n", [11, 2000])
+def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(n, span, share):
     """7 of 8 buffered steps (spans of 3, 3 and 1 with ``span = 3``), padding at the end, a
-    rate per step, negatives drawn in the kernel (:func:`cpu_sgns.chunk_negatives`)."""
+    rate per step, negatives drawn in the kernel (:func:`cpu_sgns.chunk_negatives`); ``n = 2000``
+    rows leave most pairs alone with their rows."""
     rng = np.random.default_rng(3)
-    n, d, b, s_all, steps, first, key, cap = 11, 8, 16, 8, 7, 5, 0xC0FFEE, 2
+    d, b, s_all, steps, first, key, cap = 8, 16, 8, 7, 5, 0xC0FFEE, 2
     syn0, syn1 = _tables(rng, n, d)
     inputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
     outputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
