@@ -1,9 +1,10 @@
-"""Argument checks of the compiled CPU skip-gram kernel (:mod:`jaxgraph.embed.cpu_sgns`): every
-array is checked and converted before the kernel runs, so bad input raises ``ValueError`` with
-the argument's name and changes nothing."""
+"""Argument checks of the compiled CPU skip-gram kernels (:mod:`jaxgraph.embed.cpu_sgns`,
+:mod:`jaxgraph.embed.cpu_hsoftmax`): every array is checked and converted before a kernel runs,
+so bad input raises ``ValueError`` with the argument's name and changes nothing."""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -96,3 +97,18 @@ def check_chunk(inputs, outputs, weights, lrs, num_steps, span, num_rows: int):
     lrs = check_floats("lrs", lrs, (s_all,))
     span = num_steps if span is None else min(int(span), num_steps)
     return flat_in, flat_out, flat_w, lrs, b, span
+
+
+def check_step(syn0, syn1, inputs, outputs, weight, lr, row_cap):
+    """One step's common arguments checked: ``(N, d, inputs, outputs, weight, cap)`` with
+    ``inputs, outputs: int32[B]``, ``weight: f32[B]`` and the cap as :func:`check_cap`."""
+    n, d = check_tables(syn0, syn1)
+    inputs = check_ids("inputs", inputs, n)
+    if inputs.ndim != 1:
+        raise ValueError(f"inputs must be int[B], got shape {inputs.shape}")
+    b = inputs.shape[0]
+    outputs = check_ids("outputs", outputs, n, (b,))
+    weight = check_floats("weight", weight, (b,))
+    if not math.isfinite(lr):
+        raise ValueError(f"lr must be finite, got {lr}")
+    return n, d, inputs, outputs, weight, check_cap(row_cap)

@@ -21,6 +21,7 @@ from jaxgraph.embed._kernel_args import (
     check_chunk,
     check_floats,
     check_ids,
+    check_step,
     check_tables,
 )
 from jaxgraph.embed._kernel_steps import await_written, gather_step, mark_written, num_threads
@@ -150,17 +151,10 @@ def step_update(syn0, syn1, inputs, outputs, points, labels, weight, lr, row_cap
       ValueError: on bad tables, ids, shapes, a non-finite ``lr`` or weight, or a bad
         ``row_cap``; nothing is changed then.
     """
-    n, d = check_tables(syn0, syn1)
-    inputs = check_ids("inputs", inputs, n)
-    if inputs.ndim != 1:
-        raise ValueError(f"inputs must be int[B], got shape {inputs.shape}")
+    step = check_step(syn0, syn1, inputs, outputs, weight, lr, row_cap)
+    n, d, inputs, outputs, weight, cap = step
     b = inputs.shape[0]
-    outputs = check_ids("outputs", outputs, n, (b,))
     points, labels = _check_tree(points, labels, n)
-    weight = check_floats("weight", weight, (b,))
-    if not math.isfinite(lr):
-        raise ValueError(f"lr must be finite, got {lr}")
-    cap = check_cap(row_cap)
     grad = np.empty((b, d), np.float32)
     coef = np.empty((b, labels.shape[1]), np.float32)
     counts = np.zeros(2 * n, np.int32)

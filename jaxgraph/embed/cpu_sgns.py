@@ -35,9 +35,9 @@ from jaxgraph.embed._kernel_args import (
     check_alias,
     check_cap,
     check_chunk,
-    check_floats,
     check_ids,
     check_key,
+    check_step,
     check_tables,
 )
 from jaxgraph.embed._kernel_steps import await_written, gather_step, mark_written, num_threads
@@ -370,22 +370,15 @@ def step_update(
         shapes that do not match, a non-finite ``lr`` or weight, or a bad ``row_cap``; nothing
         is changed then.
     """
-    n, d = check_tables(syn0, syn1)
-    inputs = check_ids("inputs", inputs, n)
-    if inputs.ndim != 1:
-        raise ValueError(f"inputs must be int[B], got shape {inputs.shape}")
+    step = check_step(syn0, syn1, inputs, outputs, weight, lr, row_cap)
+    n, d, inputs, outputs, weight, cap = step
     b = inputs.shape[0]
-    outputs = check_ids("outputs", outputs, n, (b,))
     negatives = check_ids("negatives", negatives, n)
     if negatives.ndim != 2 or negatives.shape[0] < 1 or b % negatives.shape[0]:
         raise ValueError(
             f"negatives must be int[B / G, K] with B / G dividing B = {b}, got shape "
             f"{negatives.shape}"
         )
-    weight = check_floats("weight", weight, (b,))
-    if not math.isfinite(lr):
-        raise ValueError(f"lr must be finite, got {lr}")
-    cap = check_cap(row_cap)
     ws = _Workspace.create(1, n, d, b, *negatives.shape)
     grad, pos, neg, shared, hit, counts = (a[0] for a in ws[:6])
     args = (inputs, outputs, weight, negatives, np.float32(lr), cap, grad, pos, neg, shared, hit)
