@@ -10,23 +10,38 @@ import numbers
 import numpy as np
 
 
-def check_tables(syn0, syn1) -> tuple[int, int]:
+def check_tables(syn0, syn1, *, replicas: bool = False) -> tuple[int, ...]:
     """Raises ``ValueError`` unless both tables are writeable, C-contiguous ``float32[N, d]``
-    NumPy arrays of one shape and distinct memory; returns ``(N, d)``."""
+    (``float32[R, N, d]`` with ``replicas``) NumPy arrays of one shape and distinct memory;
+    returns their shape."""
+    want = "float32[R, N, d]" if replicas else "float32[N, d]"
     for name, table in (("syn0", syn0), ("syn1", syn1)):
         if not isinstance(table, np.ndarray):
             raise ValueError(f"{name} must be a NumPy array (updated in place), got {type(table)}")
-        if table.dtype != np.float32 or table.ndim != 2:
-            raise ValueError(f"{name} must be float32[N, d], got {table.dtype}{list(table.shape)}")
+        if table.dtype != np.float32 or table.ndim != 2 + replicas:
+            raise ValueError(f"{name} must be {want}, got {table.dtype}{list(table.shape)}")
         if not table.flags.c_contiguous or not table.flags.writeable:
             raise ValueError(f"{name} must be C-contiguous and writeable (it is updated in place)")
     if syn0.shape != syn1.shape:
         raise ValueError(f"syn0 and syn1 must have one shape, got {syn0.shape} and {syn1.shape}")
     if np.may_share_memory(syn0, syn1):
         raise ValueError("syn0 and syn1 must not share memory")
-    if syn0.shape[0] >= 2**30:
-        raise ValueError(f"at most 2**30 rows, got {syn0.shape[0]}")
+    if syn0.shape[-2] >= 2**30:
+        raise ValueError(f"at most 2**30 rows, got {syn0.shape[-2]}")
     return syn0.shape
+
+
+def replica_chunks(replicas: int, inputs, outputs, weights):
+    """Each replica's ``(inputs, outputs, weights)`` of ``R`` chunks (``int[R, S, B]`` pairs,
+    ``f[R, S, B]`` weights; :func:`check_chunk` checks each); ``ValueError`` unless each
+    argument has ``R``."""
+    arrays = {"inputs": inputs, "outputs": outputs, "weights": weights}
+    for name, a in arrays.items():
+        if np.ndim(a) < 1 or np.shape(a)[0] != replicas:
+            raise ValueError(
+                f"{name} must hold one chunk per replica ({replicas}), got shape {np.shape(a)}"
+            )
+    return [tuple(np.asarray(a)[r] for a in arrays.values()) for r in range(replicas)]
 
 
 def check_ids(name: str, ids, num_rows: int, shape: tuple[int, ...] | None = None) -> np.ndarray:

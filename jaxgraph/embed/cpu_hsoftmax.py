@@ -23,8 +23,15 @@ from jaxgraph.embed._kernel_args import (
     check_ids,
     check_step,
     check_tables,
+    replica_chunks,
 )
-from jaxgraph.embed._kernel_steps import await_written, gather_step, mark_written, num_threads
+from jaxgraph.embed._kernel_steps import (
+    await_written,
+    gather_step,
+    mark_written,
+    num_threads,
+    replica_threads,
+)
 from jaxgraph.embed.cpu_sgns import _FAST, _scale
 
 
@@ -104,26 +111,30 @@ def _write(syn0, syn1, ins, outs, points, labels, cap, grad, coef, counts):
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk(
     syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, points, labels, cap,
-    grad, coef, counts, ins, outs, w,
+    per_replica, grad, coef, counts, ins, outs, w,
 ):  # fmt: skip
-    """The steps of :func:`train_chunk`, thread ``t`` of ``T`` training steps ``t, t + T, ..``
-    (:mod:`~jaxgraph.embed._kernel_steps`); the buffers from ``grad`` on have a leading thread
-    axis. Returns the summed loss."""
-    threads = ins.shape[0]
-    losses = np.zeros(threads)
-    written = np.zeros(1, np.int64)
-    for t in prange(threads):
+    """The steps of :func:`train_replicas`, worker ``u`` being thread ``u % T`` of replica ``u //
+    T`` (``T = per_replica``; :func:`jaxgraph.embed.cpu_sgns._chunk`'s split); the buffers from
+    ``grad`` on have a leading worker axis. Returns the summed loss."""
+    workers = ins.shape[0]
+    losses = np.zeros(workers)
+    written = np.zeros((syn0.shape[0], 8), np.int64)  # a cache line per replica
+    for u in prange(workers):
+        r, t = u // per_replica, u % per_replica
+        x0, x1, done = syn0[r], syn1[r], written[r]
         total = 0.0
-        for s in range(t, num_steps, threads):
-            gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
+        for s in range(t, num_steps, per_replica):
+            gather_step(
+                flat_in[r], flat_out[r], flat_w[r], s, span, num_steps, ins[u], outs[u], w[u]
+            )
             total += _gradients(
-                syn0, syn1, ins[t], outs[t], w[t], points, labels, lrs[s], cap,
-                grad[t], coef[t], counts[t],
+                x0, x1, ins[u], outs[u], w[u], points, labels, lrs[s], cap,
+                grad[u], coef[u], counts[u],
             )  # fmt: skip
-            await_written(written, s)
-            _write(syn0, syn1, ins[t], outs[t], points, labels, cap, grad[t], coef[t], counts[t])
-            mark_written(written, s)
-        losses[t] = total
+            await_written(done, s)
+            _write(x0, x1, ins[u], outs[u], points, labels, cap, grad[u], coef[u], counts[u])
+            mark_written(done, s)
+        losses[u] = total
     return losses.sum()
 
 
@@ -200,21 +211,47 @@ def train_chunk(
     Raises:
       ValueError: on bad tables, shapes, ids or arguments; nothing is changed then.
     """
-    n, d = check_tables(syn0, syn1)
-    pairs = check_chunk(inputs, outputs, weights, lrs, num_steps, span, n)
-    flat_in, flat_out, flat_w, lrs, b, span = pairs
+    check_tables(syn0, syn1)
+    replica = (syn0[None], syn1[None], *(np.asarray(a)[None] for a in (inputs, outputs, weights)))
+    return train_replicas(*replica, lrs, num_steps, points, labels, span, row_cap, threads)
+
+
+def train_replicas(
+    syn0: np.ndarray,
+    syn1: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+    weights: np.ndarray,
+    lrs: np.ndarray,
+    num_steps: int,
+    points: np.ndarray,
+    labels: np.ndarray,
+    span: int | None = None,
+    row_cap: int | None = None,
+    threads: int | None = None,
+) -> float:
+    """:func:`train_chunk` on ``R`` replicas at once (``syn0, syn1: f32[R, N, d]``, ``inputs,
+    outputs: int[R, S, B]``, ``weights: f[R, S, B]``), one tree for all, the threads split as
+    :func:`jaxgraph.embed.cpu_sgns.train_replicas` splits them. Returns the summed loss."""
+    r, n, d = check_tables(syn0, syn1, replicas=True)
+    pairs = replica_chunks(r, inputs, outputs, weights)
+    chunks = [check_chunk(*c, lrs, num_steps, span, n) for c in pairs]
+    lrs, b, span = chunks[0][3:]
     points, labels = _check_tree(points, labels, n)
     cap = check_cap(row_cap)
     if num_steps == 0:
         return 0.0
+    flat = tuple(np.stack([c[j] for c in chunks]) for j in range(3))
     with num_threads(threads) as parts:
+        per = replica_threads(parts, r)
+        u = r * per
         bufs = (
-            np.empty((parts, b, d), np.float32),
-            np.empty((parts, b, labels.shape[1]), np.float32),
-            np.zeros((parts, 2 * n), np.int32),
-            np.empty((parts, b), np.int32),
-            np.empty((parts, b), np.int32),
-            np.empty((parts, b), np.float32),
+            np.empty((u, b, d), np.float32),
+            np.empty((u, b, labels.shape[1]), np.float32),
+            np.zeros((u, 2 * n), np.int32),
+            np.empty((u, b), np.int32),
+            np.empty((u, b), np.int32),
+            np.empty((u, b), np.float32),
         )
-        flat = (flat_in, flat_out, flat_w)
-        return _chunk(syn0, syn1, *flat, lrs, num_steps, span, points, labels, cap, *bufs)
+        tree = (points, labels)
+        return _chunk(syn0, syn1, *flat, lrs, num_steps, span, *tree, cap, per, *bufs)

@@ -14,10 +14,11 @@ of the pair two ahead are prefetched.
 :func:`step_update` is one step; :func:`train_chunk` is
 :func:`jaxgraph.embed.programs._train_chunk` for one replica (interleaved spans, a rate per
 step, zero-weight padding) with the negatives drawn in the kernel from the alias table on
-counter-based streams, one per (key, global step, group) (:func:`chunk_negatives`). Threads
-share a chunk's steps as :mod:`jaxgraph.embed._kernel_steps` describes: gradients overlap,
-writes go in step order, so ``T > 1``'s bits vary from run to run; one thread gives the JAX
-step's result to fp32 tolerance and repeats its bits.
+counter-based streams, one per (key, global step, group) (:mod:`~jaxgraph.embed.cpu_negatives`);
+:func:`train_replicas` trains several replicas at once. Threads share a chunk's steps as
+:mod:`jaxgraph.embed._kernel_steps` describes: gradients overlap, writes go in step order, so
+``T > 1`` threads on a replica vary its bits from run to run; one thread gives the JAX step's
+result to fp32 tolerance and repeats its bits.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from jaxgraph.embed import _hostrng as hr
 from jaxgraph.embed._intrinsics import prefetch_row
 from jaxgraph.embed._kernel_args import (
     check_alias,
@@ -39,39 +39,20 @@ from jaxgraph.embed._kernel_args import (
     check_key,
     check_step,
     check_tables,
+    replica_chunks,
 )
-from jaxgraph.embed._kernel_steps import await_written, gather_step, mark_written, num_threads
+from jaxgraph.embed._kernel_steps import (
+    await_written,
+    gather_step,
+    mark_written,
+    num_threads,
+    replica_threads,
+)
+from jaxgraph.embed.cpu_negatives import draw_step
 
 # Reassociation vectorises the dot products and row updates (fp32 rounding differs, within
 # tolerance); no nnan / ninf, so a diverging table still shows NaN or inf.
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
-
-
-@njit(inline="always", cache=True)
-def _step_key(key, step):
-    """The key of global step ``step`` under the chunk key ``key`` (``uint64``)."""
-    return hr.stream(key, step)
-
-
-@njit(inline="always", cache=True)
-def _draw_group(step_key, group, accept, alias, out):
-    """Fills ``out: int32[K]`` with the negatives of group ``group`` of the step keyed
-    ``step_key``: alias draws ``i ~ U[0, N)``, ``i if u < accept[i] else alias[i]``."""
-    state = hr.stream(step_key, group)
-    n = accept.shape[0]
-    for k in range(out.shape[0]):
-        state, j = hr.next_below(state, n)
-        state, u = hr.next_uniform(state)
-        out[k] = j if u < accept[j] else alias[j]
-
-
-@njit(inline="always", cache=True)
-def _draw_step(key, step, accept, alias, out):
-    """Fills ``out: int32[B / G, K]`` with the negatives of every group of global step
-    ``step`` under the chunk key ``key``."""
-    step_key = _step_key(key, step)
-    for n in range(out.shape[0]):
-        _draw_group(step_key, n, accept, alias, out[n])
 
 
 class _Workspace(NamedTuple):
@@ -292,49 +273,37 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
 
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk(
-    syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, key,
-    first_step, accept, alias, cap, grad, pos, neg, shared, hit,
+    syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, keys,
+    first_step, accept, alias, cap, per_replica, grad, pos, neg, shared, hit,
     counts, ins, outs, w, negs,
 ):  # fmt: skip
-    """The steps of :func:`train_chunk`: thread ``t`` of ``T`` trains steps ``t, t + T, ..``,
-    writing each once the step before it is written (:mod:`~jaxgraph.embed._kernel_steps`).
-    Returns the summed loss."""
-    threads = ins.shape[0]
-    losses = np.zeros(threads)
-    written = np.zeros(1, np.int64)
-    for t in prange(threads):
+    """The steps of :func:`train_replicas`: worker ``u`` (of ``R T``) is thread ``t = u % T``
+    of replica ``r = u // T`` (``T = per_replica``) and trains its steps ``t, t + T, ..``,
+    writing each once the replica's step before it is written
+    (:mod:`~jaxgraph.embed._kernel_steps`). Returns the summed loss."""
+    workers = ins.shape[0]
+    losses = np.zeros(workers)
+    written = np.zeros((syn0.shape[0], 8), np.int64)  # a cache line per replica
+    for u in prange(workers):
+        r, t = u // per_replica, u % per_replica
+        x0, x1, key, done = syn0[r], syn1[r], keys[r], written[r]
         total = 0.0
-        for s in range(t, num_steps, threads):
-            gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins[t], outs[t], w[t])
-            _draw_step(key, first_step + s, accept, alias, negs[t])
-            total += _gradients(
-                syn0, syn1, ins[t], outs[t], w[t], negs[t], lrs[s], cap,
-                grad[t], pos[t], neg[t], shared[t], hit[t], counts[t],
-            )  # fmt: skip
-            await_written(written, s)
-            _write(
-                syn0,
-                syn1,
-                ins[t],
-                outs[t],
-                negs[t],
-                cap,
-                grad[t],
-                pos[t],
-                neg[t],
-                shared[t],
-                counts[t],
+        for s in range(t, num_steps, per_replica):
+            gather_step(
+                flat_in[r], flat_out[r], flat_w[r], s, span, num_steps, ins[u], outs[u], w[u]
             )
-            mark_written(written, s)
-        losses[t] = total
+            draw_step(key, first_step + s, accept, alias, negs[u])
+            total += _gradients(
+                x0, x1, ins[u], outs[u], w[u], negs[u], lrs[s], cap,
+                grad[u], pos[u], neg[u], shared[u], hit[u], counts[u],
+            )  # fmt: skip
+            await_written(done, s)
+            _write(
+                x0, x1, ins[u], outs[u], negs[u], cap, grad[u], pos[u], neg[u], shared[u], counts[u]
+            )
+            mark_written(done, s)
+        losses[u] = total
     return losses.sum()
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _chunk_negatives(key, first_step, accept, alias, out):
-    """Fills ``out: int32[S, B/G, K]`` with the negatives of steps ``first_step ..``."""
-    for s in prange(out.shape[0]):
-        _draw_step(key, first_step + s, accept, alias, out[s])
 
 
 def step_update(
@@ -387,30 +356,6 @@ def step_update(
     return loss
 
 
-def chunk_negatives(
-    key: int,
-    first_step: int,
-    num_steps: int,
-    groups: int,
-    negatives: int,
-    accept: np.ndarray,
-    alias: np.ndarray,
-) -> np.ndarray:
-    """The negatives :func:`train_chunk` draws: ``int32[num_steps, groups, K]``, step ``s``
-    group ``n`` from the stream ``(key, first_step + s, n)`` through the alias table
-    (:func:`jaxgraph.embed.corpus.alias_table`, ``accept: f32[N]``, ``alias: int[N]``)."""
-    key = check_key(key)
-    accept, alias = check_alias(accept, alias, np.asarray(accept).shape[0])
-    for name, value in (("first_step", first_step), ("num_steps", num_steps)):
-        if not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if groups < 1 or negatives < 1:
-        raise ValueError(f"groups and negatives must be >= 1, got {groups} and {negatives}")
-    out = np.empty((num_steps, groups, negatives), np.int32)
-    _chunk_negatives(key, np.int64(first_step), accept, alias, out)
-    return out
-
-
 def train_chunk(
     syn0: np.ndarray,
     syn1: np.ndarray,
@@ -433,7 +378,8 @@ def train_chunk(
     """The first ``num_steps`` steps of a chunk on one replica, in place, as
     :func:`jaxgraph.embed.programs._train_chunk` (in :mod:`~jaxgraph.embed._kernel_steps`'
     order): step ``s`` at rate ``lrs[s]`` with :func:`step_update`'s rule, drawing ``K``
-    negatives per group of ``share`` pairs (:func:`chunk_negatives` with ``first_step``).
+    negatives per group of ``share`` pairs
+    (:func:`~jaxgraph.embed.cpu_negatives.chunk_negatives` with ``first_step``).
 
     Shapes:
       ``syn0, syn1: f32[N, d]`` (C-contiguous), ``inputs, outputs: int[S, B]``, ``weights:
@@ -457,13 +403,55 @@ def train_chunk(
       ValueError: on bad tables, shapes, ids or arguments (as :func:`step_update`); nothing is
         changed then.
     """
-    n, d = check_tables(syn0, syn1)
-    pairs = check_chunk(inputs, outputs, weights, lrs, num_steps, span, n)
-    flat_in, flat_out, flat_w, lrs, b, span = pairs
+    check_tables(syn0, syn1)
+    replica = (syn0[None], syn1[None], *(np.asarray(a)[None] for a in (inputs, outputs, weights)))
+    args = (lrs, num_steps, [key], accept, alias, negatives, share, span, row_cap, threads)
+    return train_replicas(*replica, *args, first_step=first_step)
+
+
+def train_replicas(
+    syn0: np.ndarray,
+    syn1: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+    weights: np.ndarray,
+    lrs: np.ndarray,
+    num_steps: int,
+    keys,
+    accept: np.ndarray,
+    alias: np.ndarray,
+    negatives: int,
+    share: int = 1,
+    span: int | None = None,
+    row_cap: int | None = None,
+    threads: int | None = None,
+    *,
+    first_step: int = 0,
+) -> float:
+    """:func:`train_chunk` on ``R`` replicas at once, each on its own tables, pairs and key,
+    the threads split among them (:func:`~jaxgraph.embed._kernel_steps.replica_threads`): with
+    one thread a replica, each ends as :func:`train_chunk` with ``threads=1`` would leave it.
+
+    Shapes:
+      ``syn0, syn1: f32[R, N, d]`` (C-contiguous), ``inputs, outputs: int[R, S, B]``,
+      ``weights: f[R, S, B]``, ``keys``: ``R`` keys; the rest as :func:`train_chunk`.
+
+    Returns:
+      The summed loss of every replica's steps.
+
+    Raises:
+      ValueError: as :func:`train_chunk`, or on ``R`` that differs between arguments.
+    """
+    r, n, d = check_tables(syn0, syn1, replicas=True)
+    pairs = replica_chunks(r, inputs, outputs, weights)
+    chunks = [check_chunk(*c, lrs, num_steps, span, n) for c in pairs]
+    lrs, b, span = chunks[0][3:]
     if not isinstance(first_step, numbers.Integral) or first_step < 0:
         raise ValueError(f"first_step must be an integer >= 0, got {first_step!r}")
     accept, alias = check_alias(accept, alias, n)
-    key = check_key(key)
+    if len(keys) != r:
+        raise ValueError(f"keys must hold one key per replica ({r}), got {len(keys)}")
+    keys = np.array([check_key(k) for k in keys], np.uint64)
     if not isinstance(negatives, numbers.Integral) or negatives < 1:
         raise ValueError(f"negatives must be an integer >= 1, got {negatives!r}")
     if not isinstance(share, numbers.Integral) or not 1 <= share <= b or b % share:
@@ -472,9 +460,12 @@ def train_chunk(
     if num_steps == 0:
         return 0.0
     groups = b // share
-    flat, table = (flat_in, flat_out, flat_w), (accept, alias)
+    flat = tuple(np.stack([c[j] for c in chunks]) for j in range(3))
+    table = (accept, alias)
     with num_threads(threads) as parts:
-        ws = _Workspace.create(parts, n, d, b, groups, int(negatives))
+        per = replica_threads(parts, r)
+        ws = _Workspace.create(r * per, n, d, b, groups, int(negatives))
         return _chunk(
-            syn0, syn1, *flat, lrs, num_steps, span, key, np.int64(first_step), *table, cap, *ws
-        )
+            syn0, syn1, *flat, lrs, num_steps, span, keys, np.int64(first_step), *table, cap,
+            per, *ws,
+        )  # fmt: skip

@@ -383,18 +383,18 @@ class SkipGramTrainer:
         return Tables(*(jax.device_put(a, self._shard) for a in (syn0, syn1)))
 
     def _run_cpu(self, x_in, x_out, x_w, lr, take, output) -> float:
-        """:meth:`_run`'s chunk on every replica with the CPU kernel, in place; replica ``d``
-        draws its negatives on the streams of the key of (seed, round, ``d``)."""
+        """:meth:`_run`'s chunk on every replica at once with the CPU kernel, in place; replica
+        ``d`` draws its negatives on the streams of the key of (seed, round, ``d``)."""
         self._pull()
-        cfg, loss = self.config, 0.0
+        cfg = self.config
+        chunk = (*self._host, x_in, x_out, x_w, lr, take)
         rules = (cfg.negatives, cfg.shared_negatives, cfg.interleave, cfg.row_cap, cfg.threads)
-        for d, (syn0, syn1) in enumerate(zip(*self._host, strict=True)):
-            chunk = (syn0, syn1, x_in[d], x_out[d], x_w[d], lr, take)
-            if isinstance(output, HuffmanTree):
-                loss += cpu_hsoftmax.train_chunk(*chunk, *output, *rules[2:])
-            else:
-                key = hr.round_key(self.seed, hr.PURPOSE_NEGATIVES, self._round, d)
-                loss += cpu_sgns.train_chunk(*chunk, key, *output, *rules, first_step=self._step)
+        if isinstance(output, HuffmanTree):
+            loss = cpu_hsoftmax.train_replicas(*chunk, *output, *rules[2:])
+        else:
+            neg = hr.PURPOSE_NEGATIVES
+            keys = [hr.round_key(self.seed, neg, self._round, d) for d in range(self.num_devices)]
+            loss = cpu_sgns.train_replicas(*chunk, keys, *output, *rules, first_step=self._step)
         self._step += take
         return loss
 

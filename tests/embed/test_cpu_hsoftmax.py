@@ -126,6 +126,35 @@ def test_two_threads_lose_no_update_on_the_root():
     np.testing.assert_allclose(inner[2], inner[1], rtol=0, atol=1e-3 * size)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_replicas_at_once_end_as_one_call_each(threads):
+    """Three replicas in one call (own tables and pairs, one tree) end bit for bit as three
+    one-thread calls of ``train_chunk``; with 2 threads two train at once, one thread each."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs 2 numba threads")
+    rng = np.random.default_rng(12)
+    r, n, d, b, s_all = 3, 300, 16, 64, 8
+    tree = huffman_tree(rng.integers(1, 30, n).astype(float))
+    syn0 = rng.normal(0, 0.5, (r, n, d)).astype(np.float32)
+    syn1 = rng.normal(0, 0.5, (r, n, d)).astype(np.float32)
+    inputs = rng.integers(0, n, (r, s_all, b)).astype(np.int32)
+    outputs = rng.integers(0, n, (r, s_all, b)).astype(np.int32)
+    weights = np.ones((r, s_all, b), np.float32)
+    lrs = np.full(s_all, 0.1, np.float32)
+    rules = (tree.points, tree.labels, 3, 2)
+    want0, want1, want_loss = syn0.copy(), syn1.copy(), 0.0
+    for i in range(r):
+        pairs = (inputs[i], outputs[i], weights[i], lrs, s_all)
+        want_loss += cpu_hsoftmax.train_chunk(want0[i], want1[i], *pairs, *rules, 1)
+    pairs = (inputs, outputs, weights, lrs, s_all)
+    loss = cpu_hsoftmax.train_replicas(syn0, syn1, *pairs, *rules, threads)
+    np.testing.assert_array_equal(syn0, want0)
+    np.testing.assert_array_equal(syn1, want1)
+    assert loss == pytest.approx(want_loss, rel=1e-12)
+    with pytest.raises(ValueError, match=r"weights must hold one chunk per replica \(3\)"):
+        cpu_hsoftmax.train_replicas(syn0, syn1, *pairs[:2], weights[:1], *pairs[3:], *rules)
+
+
 def test_bad_inputs_raise_before_any_work():
     rng = np.random.default_rng(5)
     n, b = 6, 8

@@ -11,7 +11,7 @@ import pytest
 from kernel_cases import interleaved_order
 from scipy import stats
 
-from jaxgraph.embed import cpu_sgns
+from jaxgraph.embed import cpu_negatives, cpu_sgns
 from jaxgraph.embed.corpus import alias_table, negative_weights
 from jaxgraph.embed.sgns import sgns_update, sgns_update_reference
 
@@ -72,8 +72,8 @@ def test_step_equals_the_jax_step_and_the_oracle(rows, k, share, row_cap):
 @pytest.mark.parametrize("n", [11, 2000])
 def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(n, span, share):
     """7 of 8 buffered steps (spans of 3, 3 and 1 with ``span = 3``), padding at the end, a
-    rate per step, negatives drawn in the kernel (:func:`cpu_sgns.chunk_negatives`); ``n = 2000``
-    rows leave most pairs alone with their rows."""
+    rate per step, negatives drawn in the kernel (:func:`cpu_negatives.chunk_negatives`);
+    ``n = 2000`` rows leave most pairs alone with their rows."""
     rng = np.random.default_rng(3)
     d, b, s_all, steps, first, key, cap = 8, 16, 8, 7, 5, 0xC0FFEE, 2
     syn0, syn1 = _tables(rng, n, d)
@@ -85,7 +85,7 @@ def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(n, span, shar
     accept, alias = alias_table(negative_weights(rng.integers(1, 50, n)))
     order = interleaved_order(steps, b, span)
     np.testing.assert_array_equal(np.sort(np.concatenate(order)), np.arange(steps * b))
-    negs = cpu_sgns.chunk_negatives(key, first, steps, b // share, K, accept, alias)
+    negs = cpu_negatives.chunk_negatives(key, first, steps, b // share, K, accept, alias)
 
     want0, want1, want_loss = syn0, syn1, 0.0
     step0, step1, step_loss = syn0.copy(), syn1.copy(), 0.0
@@ -167,6 +167,48 @@ def test_two_threads_lose_no_update_on_hub_rows():
     np.testing.assert_allclose(tables[2], tables[1], rtol=0, atol=1e-3 * size)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_replicas_at_once_end_as_one_call_each(threads):
+    """Three replicas in one call, each on its own tables, pairs and key, end bit for bit as
+    three one-thread calls of ``train_chunk``: with 2 threads two replicas train at once, one
+    thread each, and share no row."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs 2 numba threads")
+    rng = np.random.default_rng(11)
+    r, n, d, b, s_all = 3, 500, 16, 64, 10
+    syn0 = rng.normal(0, 0.5, (r, n, d)).astype(np.float32)
+    syn1 = rng.normal(0, 0.5, (r, n, d)).astype(np.float32)
+    inputs = rng.integers(0, n // 10, (r, s_all, b)).astype(np.int32)  # shared hub rows
+    outputs = rng.integers(0, n, (r, s_all, b)).astype(np.int32)
+    weights = np.ones((r, s_all, b), np.float32)
+    weights[1, -1, b // 2 :] = 0  # padding in one replica only
+    lrs = np.full(s_all, 0.1, np.float32)
+    accept, alias = alias_table(negative_weights(rng.integers(1, 50, n)))
+    keys = [5, 6, 7]
+    rules = (accept, alias, K, 2, 3, 2)
+    want0, want1, want_loss = syn0.copy(), syn1.copy(), 0.0
+    for i in range(r):
+        pairs = (inputs[i], outputs[i], weights[i], lrs, s_all - 1, keys[i])
+        want_loss += cpu_sgns.train_chunk(want0[i], want1[i], *pairs, *rules, 1, first_step=4)
+    pairs = (inputs, outputs, weights, lrs, s_all - 1, keys)
+    loss = cpu_sgns.train_replicas(syn0, syn1, *pairs, *rules, threads, first_step=4)
+    np.testing.assert_array_equal(syn0, want0)
+    np.testing.assert_array_equal(syn1, want1)
+    assert loss == pytest.approx(want_loss, rel=1e-12)
+    assert not np.array_equal(syn0[0], syn0[1])  # the replicas trained apart
+    bad = [
+        (dict(keys=keys[:2]), "keys must hold one key per replica"),
+        (dict(inputs=inputs[:2]), r"inputs must hold one chunk per replica \(3\)"),
+        (dict(syn0=syn0[0]), r"syn0 must be float32\[R, N, d\]"),
+    ]
+    args = dict(syn0=syn0, syn1=syn1, inputs=inputs, outputs=outputs, weights=weights, lrs=lrs)
+    args.update(num_steps=s_all, keys=keys, accept=accept, alias=alias, negatives=K)
+    for change, message in bad:
+        with pytest.raises(ValueError, match=message):
+            cpu_sgns.train_replicas(**{**args, **change})
+    np.testing.assert_array_equal(syn0, want0)
+
+
 # Draws are reproducible (fixed key), so a pass is not luck; the clean sampler fails with
 # probability at most this.
 ALPHA = 1e-4
@@ -176,7 +218,7 @@ def test_negatives_follow_the_alias_table():
     counts = np.array([0, 1, 3, 10, 40, 200, 7, 0, 1000, 55, 2, 5000], np.int64)
     probs = negative_weights(counts)
     accept, alias = alias_table(probs)
-    draws = cpu_sgns.chunk_negatives(2024, 0, 400, 64, K, accept, alias).reshape(-1)
+    draws = cpu_negatives.chunk_negatives(2024, 0, 400, 64, K, accept, alias).reshape(-1)
     total = draws.size  # 128,000 draws: every expected count of a live node is >= 5
     freq = np.bincount(draws, minlength=counts.size)
     assert freq[probs == 0].sum() == 0
@@ -185,7 +227,7 @@ def test_negatives_follow_the_alias_table():
     assert stats.chisquare(freq[live], total * probs[live]).pvalue > ALPHA
     # Steps are keyed by their global index: a chunk from step 5 repeats steps 5.. of one
     # from step 0.
-    later = cpu_sgns.chunk_negatives(2024, 5, 3, 64, K, accept, alias)
+    later = cpu_negatives.chunk_negatives(2024, 5, 3, 64, K, accept, alias)
     np.testing.assert_array_equal(later, draws.reshape(400, 64, K)[5:8])
 
 
@@ -317,18 +359,20 @@ def test_embed_with_the_cpu_kernel_learns_the_blocks(parts):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_embed_with_two_kernel_threads_trains_as_one():
-    """Overlapping steps on 2 threads against one thread, same pairs and
+    """One replica: overlapping steps on 2 threads against one thread, same pairs and
     negatives: every round's loss within 5 % (the margin the kernel keeps to the JAX program on
     other negatives) and the same classification quality; one thread repeats its tables bit
-    for bit."""
+    for bit. Two replicas on 2 threads train at once, one thread each: one thread's bits."""
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed.run import embed
 
     g = _planted()
-    one = embed(_embed_config(2, kernel="cpu", threads=1), g)
-    again = embed(_embed_config(2, kernel="cpu", threads=1), g)
+    one = embed(_embed_config(1, kernel="cpu", threads=1), g)
+    again = embed(_embed_config(1, kernel="cpu", threads=1), g)
     np.testing.assert_array_equal(one.syn0, again.syn0)
-    two = embed(_embed_config(2, kernel="cpu", threads=2), g)
+    replicas = [embed(_embed_config(2, kernel="cpu", threads=t), g) for t in (1, 2)]
+    np.testing.assert_array_equal(replicas[0].syn0, replicas[1].syn0)
+    two = embed(_embed_config(1, kernel="cpu", threads=2), g)
     for a, b in zip(one.rounds, two.rounds, strict=True):
         assert abs(a.loss - b.loss) < 0.05 * a.loss
     for res in (one, two):
@@ -339,10 +383,10 @@ def test_embed_with_two_kernel_threads_trains_as_one():
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_two_kernel_threads_keep_link_prediction_on_four_replicas():
     """An R-MAT of 2^10 nodes (hubs, no communities: held-out edges are ranked by the row norms
-    that follow degree) on 4 replicas: 2 threads rank held-out edges as one thread does (dot AUC
-    over seeds 0-3: 0.805-0.816 on one thread, 0.797-0.808 on two). Threads whose writes overlap
-    lose hub updates here: the rows shrank by a third and dot AUC fell to 0.45-0.52 in every
-    run."""
+    that follow degree) on 4 replicas, two at a time on 2 threads: dot AUC over seeds 0-3 was
+    0.805-0.816 with every replica on one thread in turn. Two threads whose writes overlapped
+    on one replica lost hub updates here: the rows shrank by a third and dot AUC fell to
+    0.45-0.52 in every run."""
     from jaxgraph.data.synthetic import rmat
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed.run import EmbedConfig, embed

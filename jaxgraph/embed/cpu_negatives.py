@@ -1,0 +1,67 @@
+"""The negatives the CPU SGNS kernel (:mod:`~jaxgraph.embed.cpu_sgns`) draws: ``K`` per group
+of a step's pairs through the alias table (:func:`jaxgraph.embed.corpus.alias_table`), on the
+counter-based stream of (chunk key, global step, group) (:mod:`~jaxgraph.embed._hostrng`), so a
+step's draws do not depend on the thread or the order that trains it."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from numba import njit, prange
+
+from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed._kernel_args import check_alias, check_key
+
+
+@njit(inline="always", cache=True)
+def _draw_group(step_key, group, accept, alias, out):
+    """Fills ``out: int32[K]`` with the negatives of group ``group`` of the step keyed
+    ``step_key``: alias draws ``i ~ U[0, N)``, ``i if u < accept[i] else alias[i]``."""
+    state = hr.stream(step_key, group)
+    n = accept.shape[0]
+    for k in range(out.shape[0]):
+        state, j = hr.next_below(state, n)
+        state, u = hr.next_uniform(state)
+        out[k] = j if u < accept[j] else alias[j]
+
+
+@njit(inline="always", cache=True)
+def draw_step(key, step, accept, alias, out):
+    """Fills ``out: int32[B / G, K]`` with the negatives of every group of global step
+    ``step`` under the chunk key ``key``."""
+    step_key = hr.stream(key, step)
+    for n in range(out.shape[0]):
+        _draw_group(step_key, n, accept, alias, out[n])
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _chunk_negatives(key, first_step, accept, alias, out):
+    """Fills ``out: int32[S, B/G, K]`` with the negatives of steps ``first_step ..``."""
+    for s in prange(out.shape[0]):
+        draw_step(key, first_step + s, accept, alias, out[s])
+
+
+def chunk_negatives(
+    key: int,
+    first_step: int,
+    num_steps: int,
+    groups: int,
+    negatives: int,
+    accept: np.ndarray,
+    alias: np.ndarray,
+) -> np.ndarray:
+    """The negatives :func:`jaxgraph.embed.cpu_sgns.train_chunk` draws: ``int32[num_steps,
+    groups, K]``, step ``s`` group ``n`` from the stream ``(key, first_step + s, n)`` through
+    the alias table (:func:`jaxgraph.embed.corpus.alias_table`, ``accept: f32[N]``, ``alias:
+    int[N]``)."""
+    key = check_key(key)
+    accept, alias = check_alias(accept, alias, np.asarray(accept).shape[0])
+    for name, value in (("first_step", first_step), ("num_steps", num_steps)):
+        if not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if groups < 1 or negatives < 1:
+        raise ValueError(f"groups and negatives must be >= 1, got {groups} and {negatives}")
+    out = np.empty((num_steps, groups, negatives), np.int32)
+    _chunk_negatives(key, np.int64(first_step), accept, alias, out)
+    return out
