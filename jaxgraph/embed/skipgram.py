@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.embed import _hostrng as hr
-from jaxgraph.embed import cpu_hsoftmax, cpu_sgns
+from jaxgraph.embed import cpu_hsoftmax, cpu_merge, cpu_sgns
 from jaxgraph.embed.corpus import (
     alias_table,
     corpus_counts,
@@ -153,6 +153,7 @@ class SkipGramTrainer:
         # The CPU kernel trains host copies of the tables (None: none taken).
         self.kernel = config.kernel_in_use()
         self._host: Tables | None = None
+        self._host_anchor: Tables | None = None  # its anchor, f32[N, d] (the replicas' own)
         self._round = 0  # the round being trained (keys the CPU kernel's negatives)
         # Hierarchical softmax's tree, one for the whole run; path_length: its longest path.
         self._tree, self.path_length = None, None
@@ -311,6 +312,11 @@ class SkipGramTrainer:
         self.periodic_syncs += 1
         if self._skip_untouched and self.num_devices == 1:
             return 0  # merging one replica is the identity
+        if self._skip_untouched and self._host is not None:  # the CPU kernel's tables
+            rows = np.flatnonzero(self._inputs_since_merge) if self._tracks_inputs else None
+            self._inputs_since_merge[:] = False
+            cpu_merge.merge_replicas(self._host, self._host_anchor, self.sync.merge, rows)
+            return self.num_nodes + (self.num_nodes if rows is None else rows.size)
         self._push()
         if self._skip_untouched:
             index = self._input_rows()
@@ -368,15 +374,22 @@ class SkipGramTrainer:
         return NegativeTable(*(table if self.kernel == "cpu" else place_all(table, self._rep)))
 
     def _pull(self) -> None:
-        """Host copies of the tables for the CPU kernel (kept until :meth:`_push`)."""
+        """Host copies of the tables, and of the anchor every replica shares, for the CPU
+        kernel and its periodic merges (kept until :meth:`_push`)."""
         if self._host is None:
             self._host = Tables(*(np.array(t) for t in self.tables))
+            if self.anchor is not None:
+                self._host_anchor = Tables(*(local_replica(a).copy() for a in self.anchor))
 
     def _push(self) -> None:
-        """The host copies back to the devices, where the merges run."""
+        """The host copies back to the devices, where the other merges run."""
         if self._host is not None:
             self.tables = self._on_devices(*self._host)
             self._host = None
+        if self._host_anchor is not None:
+            shape = self.tables.syn0.shape
+            self.anchor = self._on_devices(*(np.broadcast_to(a, shape) for a in self._host_anchor))
+            self._host_anchor = None
 
     def _on_devices(self, syn0: np.ndarray, syn1: np.ndarray) -> Tables:
         """Host tables ``f32[P, N, d]`` placed one replica per device."""
@@ -468,7 +481,7 @@ class SkipGramTrainer:
             raise ValueError(
                 f"tables of shape {arrays['syn0'].shape}, this run has {shape} (a different mesh?)"
             )
-        self._host = None
+        self._host = self._host_anchor = None
         self.tables = self._on_devices(arrays["syn0"], arrays["syn1"])
         if self.anchor is not None:
             self.anchor = self._on_devices(arrays["anchor0"], arrays["anchor1"])

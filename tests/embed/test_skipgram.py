@@ -418,19 +418,32 @@ class _WholeTableSync:
 
 
 @pytest.mark.parametrize(
-    "num_parts, merge", [(1, "sum"), (2, "sum"), (2, "mean"), (4, "sum"), (4, "touched")]
+    "num_parts, merge, kernel",
+    [
+        (1, "sum", "cpu"),
+        (2, "sum", "cpu"),
+        (2, "mean", "cpu"),
+        (4, "sum", "cpu"),
+        (4, "touched", "cpu"),
+        (2, "sum", "jax"),
+        (4, "touched", "jax"),
+    ],
 )
-def test_allsync_merges_the_trained_input_rows_and_equals_a_whole_table_merge(num_parts, merge):
+def test_allsync_merges_the_trained_input_rows_and_equals_a_whole_table_merge(
+    num_parts, merge, kernel
+):
     """A round on the 300-node graph, merged every 4 steps of 16 pairs per device: AllSync
-    merges ``syn0`` at the inputs trained since the last merge only (padded to 75 rows, a
-    quarter, or all rows when more), and one replica not at all between rounds; the tables
-    equal those of merging every row. On 1 and 2 replicas exactly (``2a - a`` and
-    ``(a + a) / 2`` are exact); on 4 within fp32 rounding (``4a - 3a`` is not)."""
+    merges ``syn0`` at the inputs trained since the last merge only (on the devices padded to
+    75 rows, a quarter, or all rows when more; the CPU kernel's host merge takes the rows as
+    they are), and one replica not at all between rounds; the tables equal those of merging
+    every row on the devices. On 1 and 2 replicas exactly (``2a - a`` and ``(a + a) / 2`` are
+    exact); on 4 within fp32 rounding (``4a - 3a`` is not)."""
     g = power_law()
     walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
     cfg = SkipGramConfig(
         dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=BUFFER, merge=merge
     )
+    cfg = dataclasses.replace(cfg, kernel=kernel)
     mesh = make_mesh(num_parts, AXIS)
     out = {}
     for name, sync in {"allsync": AllSync(merge), "whole": _WholeTableSync(merge)}.items():
@@ -451,12 +464,17 @@ def test_allsync_merges_the_trained_input_rows_and_equals_a_whole_table_merge(nu
             assert (a.syncs, a.sync_rows) == (1, 2 * N)  # the round-end merge only
         else:
             assert a.syncs == b.syncs
-            # A periodic merge moves all N rows of syn1 and C of syn0: C = 75 while the inputs
-            # fit (on 2 replicas 128 pairs per period touch 39-56 of them; on 4, 256 pairs
-            # touch 46-99), else C = N.
+            # A periodic merge moves all N rows of syn1 and C of syn0. On the devices C = 75
+            # while the inputs fit (on 2 replicas 128 pairs per period touch 39-56 of them; on
+            # 4, 256 pairs touch 46-99), else C = N; on the host C is the touched rows.
             periodic = a.sync_rows - 2 * N
-            assert (a.syncs - 1) * (N + 75) <= periodic < (a.syncs - 1) * 2 * N
-            if num_parts == 2:
+            if kernel == "cpu":
+                pairs = BUFFER * BATCH * num_parts
+                assert (a.syncs - 1) * (N + 1) <= periodic <= (a.syncs - 1) * (N + pairs)
+                assert pairs < N
+            else:
+                assert (a.syncs - 1) * (N + 75) <= periodic < (a.syncs - 1) * 2 * N
+            if num_parts == 2 and kernel == "jax":
                 assert periodic == (a.syncs - 1) * (N + 75)
 
 

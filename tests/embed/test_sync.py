@@ -265,8 +265,10 @@ def test_full_every_one_equals_allsync_and_random_sync_runs():
     np.testing.assert_array_equal(out["hot1"][0], out["all"][0])
     assert out["hot1"][1].syncs == out["all"][1].syncs
     assert out["hot1"][1].sync_rows == out["hot1"][1].syncs * 2 * N
-    # AllSync merges syn0 only at the inputs trained since the last merge (75 of the 300 rows).
-    assert out["all"][1].sync_rows == out["all"][1].syncs * (N + 75) + N - 75
+    # AllSync merges syn0 only at the inputs trained since the last merge: at most 75 of the 300
+    # rows (the devices pad them to 75; the CPU kernel's host merge takes them as they are).
+    periods, periodic = out["all"][1].syncs - 1, out["all"][1].sync_rows - 2 * N
+    assert periods * (N + 1) <= periodic <= periods * (N + 75)
     assert out["random"][1].sync_rows < out["hot1"][1].sync_rows
     assert np.isfinite(out["random"][0]).all()
 

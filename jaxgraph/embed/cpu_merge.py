@@ -1,0 +1,66 @@
+""":func:`jaxgraph.embed.merge.merge_rows` on the CPU kernel's host tables: the replicas of a
+row merged in place, where the device program would first copy every table to the devices and
+back (a copy of each table both ways at every periodic sync)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from jaxgraph.embed.sgns import Merge, Tables, check_merge
+
+_RULES = {"mean": 0, "sum": 1, "touched": 2}
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _merge(tables, anchor, rows, rule):
+    """Rows ``rows`` (distinct) of ``tables: f32[P, N, d]`` merged by ``rule`` (0 mean, 1 sum,
+    2 touched) into every replica and, for sum and touched, into ``anchor: f32[N, d]``."""
+    p, _, d = tables.shape
+    for c in prange(rows.shape[0]):
+        i = rows[c]
+        k = np.float32(1.0)
+        if rule == 2:
+            changed = 0
+            for r in range(p):
+                for q in range(d):
+                    if tables[r, i, q] != anchor[i, q]:
+                        changed += 1
+                        break
+            k = np.float32(max(changed, 1))
+        for q in range(d):
+            total = np.float32(0.0)
+            if rule == 2:
+                for r in range(p):
+                    total += tables[r, i, q] - anchor[i, q]
+                value = anchor[i, q] + total / k
+            else:
+                for r in range(p):
+                    total += tables[r, i, q]
+                if rule == 0:
+                    value = total / np.float32(p)
+                else:
+                    value = total - np.float32(p - 1) * anchor[i, q]
+            for r in range(p):
+                tables[r, i, q] = value
+            if rule != 0:
+                anchor[i, q] = value
+
+
+def merge_replicas(
+    tables: Tables, anchor: Tables | None, merge: Merge, input_rows: np.ndarray | None = None
+) -> None:
+    """Merges host replicas ``Tables(f32[P, N, d], f32[P, N, d])`` in place by ``merge``, as
+    :func:`~jaxgraph.embed.merge.merge_rows` merges device replicas (to fp32 rounding):
+    ``syn1`` at every row, ``syn0`` at every row or only at ``input_rows`` (distinct ids, the
+    rows trained since the last merge); ``anchor`` (``Tables(f32[N, d], f32[N, d])``, the value
+    at the last merge; None for ``"mean"``) takes the merged rows."""
+    check_merge(merge)
+    if merge != "mean" and anchor is None:
+        raise ValueError(f"merge={merge!r} needs the anchor tables")
+    n = tables.syn0.shape[1]
+    every = np.arange(n, dtype=np.int64)
+    rows0 = every if input_rows is None else np.asarray(input_rows, np.int64)
+    for table, at, rows in zip(tables, anchor or (None, None), (rows0, every), strict=True):
+        at = np.empty((1, 1), np.float32) if at is None else at
+        _merge(table, at, rows, _RULES[merge])

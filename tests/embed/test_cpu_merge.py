@@ -1,0 +1,66 @@
+"""The host merge of the CPU kernel's replicas (:mod:`jaxgraph.embed.cpu_merge`) against
+:func:`jaxgraph.embed.merge.merge_rows` run on an emulated mesh of the same replicas."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxgraph.embed.cpu_merge import merge_replicas
+from jaxgraph.embed.merge import AllSync
+from jaxgraph.embed.programs import sync_program
+from jaxgraph.embed.sgns import Tables
+from jaxgraph.mesh import make_mesh
+
+AXIS = "data"
+
+
+def _replicas(rng, p, n, d):
+    """Replicas moved from one anchor at some rows only (row 0 on one replica, row 1 on all,
+    rows 2.. on about half), as a sync period of training leaves them."""
+    anchor = rng.normal(0, 1, (n, d)).astype(np.float32)
+    tables = np.repeat(anchor[None], p, axis=0)
+    moved = rng.random((p, n)) < 0.5
+    moved[:, 0], moved[0, 0], moved[:, 1] = False, True, True
+    tables[moved] += rng.normal(0, 0.1, (int(moved.sum()), d)).astype(np.float32)
+    return tables, anchor
+
+
+@pytest.mark.parametrize("p", [2, 4])
+@pytest.mark.parametrize("merge", ["mean", "sum", "touched"])
+def test_host_merge_equals_the_device_merge(p, merge):
+    rng = np.random.default_rng(p)
+    n, d = 40, 8
+    t0, a0 = _replicas(rng, p, n, d)
+    t1, a1 = _replicas(rng, p, n, d)
+    sync = sync_program(make_mesh(p, AXIS), AXIS, AllSync(merge))
+    anchor = Tables(*(jnp.asarray(np.repeat(a[None], p, axis=0)) for a in (a0, a1)))
+    want, want_anchor = sync(Tables(jnp.asarray(t0), jnp.asarray(t1)), anchor)
+    host, host_anchor = Tables(t0.copy(), t1.copy()), Tables(a0.copy(), a1.copy())
+    merge_replicas(host, None if merge == "mean" else host_anchor, merge)
+    for got, w in zip(host, want, strict=True):
+        np.testing.assert_allclose(got, np.asarray(w), rtol=1e-6, atol=1e-6)
+    if merge != "mean":
+        for got, w in zip(host_anchor, want_anchor, strict=True):
+            np.testing.assert_allclose(got, np.asarray(w)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_input_rows_restrict_the_merge_of_syn0():
+    """``syn0`` merges at the given rows only; ``syn1`` at every row."""
+    rng = np.random.default_rng(0)
+    t0, a0 = _replicas(rng, 2, 10, 4)
+    t1, a1 = _replicas(rng, 2, 10, 4)
+    host, anchor = Tables(t0.copy(), t1.copy()), Tables(a0.copy(), a1.copy())
+    merge_replicas(host, anchor, "sum", np.array([1, 3]))
+    np.testing.assert_allclose(
+        host.syn0[:, [1, 3]], np.broadcast_to((t0[0] + t0[1] - a0)[[1, 3]], (2, 2, 4)), rtol=1e-6
+    )
+    untouched = [i for i in range(10) if i not in (1, 3)]
+    np.testing.assert_array_equal(host.syn0[:, untouched], t0[:, untouched])
+    np.testing.assert_allclose(host.syn1, np.broadcast_to(t1[0] + t1[1] - a1, t1.shape), rtol=1e-6)
+    np.testing.assert_array_equal(anchor.syn0[untouched], a0[untouched])
+    with pytest.raises(ValueError, match="merge='touched' needs the anchor"):
+        merge_replicas(host, None, "touched")
+    with pytest.raises(ValueError, match="merge must be one of"):
+        merge_replicas(host, anchor, "median")
