@@ -12,39 +12,53 @@ from jaxgraph.embed.sgns import Merge, Tables, check_merge
 _RULES = {"mean": 0, "sum": 1, "touched": 2}
 
 
+# Rows a thread merges with one scratch row.
+_ROWS = 256
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _merge(tables, anchor, rows, rule):
     """Rows ``rows`` (distinct) of ``tables: f32[P, N, d]`` merged by ``rule`` (0 mean, 1 sum,
-    2 touched) into every replica and, for sum and touched, into ``anchor: f32[N, d]``."""
+    2 touched) into every replica and, for sum and touched, into ``anchor: f32[N, d]``; every
+    loop runs along a row, so it vectorises."""
     p, _, d = tables.shape
-    for c in prange(rows.shape[0]):
-        i = rows[c]
-        k = np.float32(1.0)
-        if rule == 2:
-            changed = 0
+    for c in prange((rows.shape[0] + _ROWS - 1) // _ROWS):
+        value = np.empty(d, np.float32)
+        for j in range(c * _ROWS, min((c + 1) * _ROWS, rows.shape[0])):
+            i = rows[j]
+            if rule == 2:  # the mean change of the replicas that changed the row
+                changed = 0
+                for r in range(p):
+                    for q in range(d):
+                        if tables[r, i, q] != anchor[i, q]:
+                            changed += 1
+                            break
+                k = np.float32(max(changed, 1))
+                for q in range(d):
+                    value[q] = tables[0, i, q] - anchor[i, q]
+                for r in range(1, p):
+                    for q in range(d):
+                        value[q] += tables[r, i, q] - anchor[i, q]
+                for q in range(d):
+                    value[q] = anchor[i, q] + value[q] / k
+            else:
+                for q in range(d):
+                    value[q] = tables[0, i, q]
+                for r in range(1, p):
+                    for q in range(d):
+                        value[q] += tables[r, i, q]
+                if rule == 0:
+                    for q in range(d):
+                        value[q] /= np.float32(p)
+                else:
+                    for q in range(d):
+                        value[q] -= np.float32(p - 1) * anchor[i, q]
             for r in range(p):
                 for q in range(d):
-                    if tables[r, i, q] != anchor[i, q]:
-                        changed += 1
-                        break
-            k = np.float32(max(changed, 1))
-        for q in range(d):
-            total = np.float32(0.0)
-            if rule == 2:
-                for r in range(p):
-                    total += tables[r, i, q] - anchor[i, q]
-                value = anchor[i, q] + total / k
-            else:
-                for r in range(p):
-                    total += tables[r, i, q]
-                if rule == 0:
-                    value = total / np.float32(p)
-                else:
-                    value = total - np.float32(p - 1) * anchor[i, q]
-            for r in range(p):
-                tables[r, i, q] = value
+                    tables[r, i, q] = value[q]
             if rule != 0:
-                anchor[i, q] = value
+                for q in range(d):
+                    anchor[i, q] = value[q]
 
 
 def merge_replicas(
