@@ -22,7 +22,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgraph.embed import _hostrng as hr
-from jaxgraph.embed import cpu_hsoftmax, cpu_merge, cpu_sgns
 from jaxgraph.embed.corpus import (
     alias_table,
     corpus_counts,
@@ -30,6 +29,7 @@ from jaxgraph.embed.corpus import (
     negative_weights,
     skipgram_pairs,
 )
+from jaxgraph.embed.cpu_replicas import HostReplicas
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
 from jaxgraph.embed.hsoftmax import HuffmanTree, huffman_tree
 from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync, input_row_index
@@ -152,8 +152,7 @@ class SkipGramTrainer:
         self._rep = NamedSharding(mesh, P())
         # The CPU kernel trains host copies of the tables (None: none taken).
         self.kernel = config.kernel_in_use()
-        self._host: Tables | None = None
-        self._host_anchor: Tables | None = None  # its anchor, f32[N, d] (the replicas' own)
+        self._host: HostReplicas | None = None
         self._round = 0  # the round being trained (keys the CPU kernel's negatives)
         # Hierarchical softmax's tree, one for the whole run; path_length: its longest path.
         self._tree, self.path_length = None, None
@@ -315,7 +314,7 @@ class SkipGramTrainer:
         if self._skip_untouched and self._host is not None:  # the CPU kernel's tables
             rows = np.flatnonzero(self._inputs_since_merge) if self._tracks_inputs else None
             self._inputs_since_merge[:] = False
-            cpu_merge.merge_replicas(self._host, self._host_anchor, self.sync.merge, rows)
+            self._host.merge(self.sync.merge, rows)
             return self.num_nodes + (self.num_nodes if rows is None else rows.size)
         self._push()
         if self._skip_untouched:
@@ -374,22 +373,16 @@ class SkipGramTrainer:
         return NegativeTable(*(table if self.kernel == "cpu" else place_all(table, self._rep)))
 
     def _pull(self) -> None:
-        """Host copies of the tables, and of the anchor every replica shares, for the CPU
-        kernel and its periodic merges (kept until :meth:`_push`)."""
+        """Host copies of the replicas for the CPU kernel, kept until :meth:`_push`."""
         if self._host is None:
-            self._host = Tables(*(np.array(t) for t in self.tables))
-            if self.anchor is not None:
-                self._host_anchor = Tables(*(local_replica(a).copy() for a in self.anchor))
+            self._host = HostReplicas.pull(self.tables, self.anchor)
 
     def _push(self) -> None:
         """The host copies back to the devices, where the other merges run."""
         if self._host is not None:
-            self.tables = self._on_devices(*self._host)
+            self.tables, anchor = self._host.push(self._on_devices)
+            self.anchor = self.anchor if anchor is None else anchor
             self._host = None
-        if self._host_anchor is not None:
-            shape = self.tables.syn0.shape
-            self.anchor = self._on_devices(*(np.broadcast_to(a, shape) for a in self._host_anchor))
-            self._host_anchor = None
 
     def _on_devices(self, syn0: np.ndarray, syn1: np.ndarray) -> Tables:
         """Host tables ``f32[P, N, d]`` placed one replica per device."""
@@ -399,15 +392,10 @@ class SkipGramTrainer:
         """:meth:`_run`'s chunk on every replica at once with the CPU kernel, in place; replica
         ``d`` draws its negatives on the streams of the key of (seed, round, ``d``)."""
         self._pull()
-        cfg = self.config
-        chunk = (*self._host, x_in, x_out, x_w, lr, take)
-        rules = (cfg.negatives, cfg.shared_negatives, cfg.interleave, cfg.row_cap, cfg.threads)
-        if isinstance(output, HuffmanTree):
-            loss = cpu_hsoftmax.train_replicas(*chunk, *output, *rules[2:])
-        else:
-            neg = hr.PURPOSE_NEGATIVES
-            keys = [hr.round_key(self.seed, neg, self._round, d) for d in range(self.num_devices)]
-            loss = cpu_sgns.train_replicas(*chunk, keys, *output, *rules, first_step=self._step)
+        neg = hr.PURPOSE_NEGATIVES
+        keys = [hr.round_key(self.seed, neg, self._round, d) for d in range(self.num_devices)]
+        chunk = (x_in, x_out, x_w, lr, take)
+        loss = self._host.train(chunk, output, self.config, keys, self._step)
         self._step += take
         return loss
 
@@ -481,7 +469,7 @@ class SkipGramTrainer:
             raise ValueError(
                 f"tables of shape {arrays['syn0'].shape}, this run has {shape} (a different mesh?)"
             )
-        self._host = self._host_anchor = None
+        self._host = None
         self.tables = self._on_devices(arrays["syn0"], arrays["syn1"])
         if self.anchor is not None:
             self.anchor = self._on_devices(arrays["anchor0"], arrays["anchor1"])

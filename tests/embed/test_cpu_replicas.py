@@ -1,4 +1,4 @@
-"""The host merge of the CPU kernel's replicas (:mod:`jaxgraph.embed.cpu_merge`) against
+"""The host merge of the CPU kernel's replicas (:mod:`jaxgraph.embed.cpu_replicas`) against
 :func:`jaxgraph.embed.merge.merge_rows` run on an emulated mesh of the same replicas."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgraph.embed.cpu_merge import merge_replicas
+from jaxgraph.embed.cpu_replicas import merge_replicas
 from jaxgraph.embed.merge import AllSync
 from jaxgraph.embed.programs import sync_program
 from jaxgraph.embed.sgns import Tables

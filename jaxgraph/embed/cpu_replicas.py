@@ -1,13 +1,21 @@
-""":func:`jaxgraph.embed.merge.merge_rows` on the CPU kernel's host tables: the replicas of a
-row merged in place, where the device program would first copy every table to the devices and
-back (a copy of each table both ways at every periodic sync)."""
+"""The CPU kernel's replicas on the host (:class:`HostReplicas`): a trainer's tables copied
+from the devices once a round, every replica's chunk trained at once
+(:func:`jaxgraph.embed.cpu_sgns.train_replicas`), merged between chunks in place by
+:func:`merge_replicas` (:func:`jaxgraph.embed.merge.merge_rows`' rule, without copying every
+table to the devices and back at each periodic merge), and copied back at the round's end."""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit, prange
 
-from jaxgraph.embed.sgns import Merge, Tables, check_merge
+from jaxgraph.embed import cpu_hsoftmax, cpu_sgns
+from jaxgraph.embed.hsoftmax import HuffmanTree
+from jaxgraph.embed.programs import local_replica
+from jaxgraph.embed.sgns import Merge, NegativeTable, SkipGramConfig, Tables, check_merge
 
 _RULES = {"mean": 0, "sum": 1, "touched": 2}
 
@@ -78,3 +86,51 @@ def merge_replicas(
     for table, at, rows in zip(tables, anchor or (None, None), (rows0, every), strict=True):
         at = np.empty((1, 1), np.float32) if at is None else at
         _merge(table, at, rows, _RULES[merge])
+
+
+@dataclasses.dataclass
+class HostReplicas:
+    """Host copies of a trainer's replicas: ``tables`` (``Tables(f32[P, N, d], f32[P, N,
+    d])``) and the ``anchor`` every replica shares (``Tables(f32[N, d], f32[N, d])``, the value
+    at the last merge; None for ``"mean"``), updated in place until :meth:`push`."""
+
+    tables: Tables
+    anchor: Tables | None
+
+    @classmethod
+    def pull(cls, tables: Tables, anchor: Tables | None) -> HostReplicas:
+        """Copies of device tables ``f32[P, N, d]`` and of this process's replica of the
+        anchor."""
+        host = Tables(*(np.array(t) for t in tables))
+        shared = None if anchor is None else Tables(*(local_replica(a).copy() for a in anchor))
+        return cls(host, shared)
+
+    def train(
+        self,
+        chunk: tuple,
+        output: HuffmanTree | NegativeTable,
+        config: SkipGramConfig,
+        keys: list[int],
+        first_step: int,
+    ) -> float:
+        """Trains every replica's chunk (``chunk``: ``(inputs, outputs, weights: [P, S, B],
+        lrs: f32[S], num_steps)``) at once against ``output``; replica ``d`` draws its
+        negatives on the streams of ``keys[d]``. Returns the summed loss."""
+        c = config
+        rules = (c.negatives, c.shared_negatives, c.interleave, c.row_cap, c.threads)
+        if isinstance(output, HuffmanTree):
+            return cpu_hsoftmax.train_replicas(*self.tables, *chunk, *output, *rules[2:])
+        args = (*self.tables, *chunk, keys, *output, *rules)
+        return cpu_sgns.train_replicas(*args, first_step=first_step)
+
+    def merge(self, merge: Merge, input_rows: np.ndarray | None = None) -> None:
+        """:func:`merge_replicas` on these copies."""
+        merge_replicas(self.tables, self.anchor, merge, input_rows)
+
+    def push(self, place: Callable) -> tuple[Tables, Tables | None]:
+        """The tables and the anchor (broadcast to every replica) as ``place(syn0, syn1)``
+        places host arrays ``f32[P, N, d]``; None for no anchor."""
+        shape = self.tables.syn0.shape
+        if self.anchor is None:
+            return place(*self.tables), None
+        return place(*self.tables), place(*(np.broadcast_to(a, shape) for a in self.anchor))
