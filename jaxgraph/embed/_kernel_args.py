@@ -31,19 +31,6 @@ def check_tables(syn0, syn1, *, replicas: bool = False) -> tuple[int, ...]:
     return syn0.shape
 
 
-def replica_chunks(replicas: int, inputs, outputs, weights):
-    """Each replica's ``(inputs, outputs, weights)`` of ``R`` chunks (``int[R, S, B]`` pairs,
-    ``f[R, S, B]`` weights; :func:`check_chunk` checks each); ``ValueError`` unless each
-    argument has ``R``."""
-    arrays = {"inputs": inputs, "outputs": outputs, "weights": weights}
-    for name, a in arrays.items():
-        if np.ndim(a) < 1 or np.shape(a)[0] != replicas:
-            raise ValueError(
-                f"{name} must hold one chunk per replica ({replicas}), got shape {np.shape(a)}"
-            )
-    return [tuple(np.asarray(a)[r] for a in arrays.values()) for r in range(replicas)]
-
-
 def check_ids(name: str, ids, num_rows: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """``ids`` as contiguous ``int32``; raises ``ValueError`` for a non-integer array, another
     ``shape`` or an id outside ``[0, num_rows)``."""
@@ -127,3 +114,30 @@ def check_step(syn0, syn1, inputs, outputs, weight, lr, row_cap):
     if not math.isfinite(lr):
         raise ValueError(f"lr must be finite, got {lr}")
     return n, d, inputs, outputs, weight, check_cap(row_cap)
+
+
+def one_replica(syn0, syn1, inputs, outputs, weights):
+    """One replica's tables ``f32[N, d]`` (checked) and chunk ``[S, B]`` as the replica-axis
+    arguments of the kernels' ``train_replicas`` (views with a leading axis of 1)."""
+    check_tables(syn0, syn1)
+    return (syn0[None], syn1[None], *(np.asarray(a)[None] for a in (inputs, outputs, weights)))
+
+
+def check_replicas(syn0, syn1, inputs, outputs, weights, lrs, num_steps, span):
+    """``R`` replicas' tables ``f32[R, N, d]`` and chunks (``inputs, outputs: int[R, S, B]``,
+    ``weights: f[R, S, B]``, one ``lrs: f[S]``) checked, each chunk as :func:`check_chunk`:
+    ``(R, N, d, flat, lrs, B, span)`` with ``flat`` the stacked ``(flat_in, flat_out,
+    flat_w)`` of shape ``[R, S' B]``."""
+    r, n, d = check_tables(syn0, syn1, replicas=True)
+    arrays = {"inputs": inputs, "outputs": outputs, "weights": weights}
+    for name, a in arrays.items():
+        if np.ndim(a) < 1 or np.shape(a)[0] != r:
+            raise ValueError(
+                f"{name} must hold one chunk per replica ({r}), got shape {np.shape(a)}"
+            )
+    chunks = [
+        check_chunk(*(np.asarray(a)[i] for a in arrays.values()), lrs, num_steps, span, n)
+        for i in range(r)
+    ]
+    flat = tuple(np.stack([c[j] for c in chunks]) for j in range(3))
+    return (r, n, d, flat, *chunks[0][3:])

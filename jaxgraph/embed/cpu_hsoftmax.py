@@ -18,12 +18,11 @@ from numba import njit, prange
 
 from jaxgraph.embed._kernel_args import (
     check_cap,
-    check_chunk,
     check_floats,
     check_ids,
+    check_replicas,
     check_step,
-    check_tables,
-    replica_chunks,
+    one_replica,
 )
 from jaxgraph.embed._kernel_steps import (
     await_written,
@@ -211,8 +210,7 @@ def train_chunk(
     Raises:
       ValueError: on bad tables, shapes, ids or arguments; nothing is changed then.
     """
-    check_tables(syn0, syn1)
-    replica = (syn0[None], syn1[None], *(np.asarray(a)[None] for a in (inputs, outputs, weights)))
+    replica = one_replica(syn0, syn1, inputs, outputs, weights)
     return train_replicas(*replica, lrs, num_steps, points, labels, span, row_cap, threads)
 
 
@@ -233,15 +231,12 @@ def train_replicas(
     """:func:`train_chunk` on ``R`` replicas at once (``syn0, syn1: f32[R, N, d]``, ``inputs,
     outputs: int[R, S, B]``, ``weights: f[R, S, B]``), one tree for all, the threads split as
     :func:`jaxgraph.embed.cpu_sgns.train_replicas` splits them. Returns the summed loss."""
-    r, n, d = check_tables(syn0, syn1, replicas=True)
-    pairs = replica_chunks(r, inputs, outputs, weights)
-    chunks = [check_chunk(*c, lrs, num_steps, span, n) for c in pairs]
-    lrs, b, span = chunks[0][3:]
+    pairs = (inputs, outputs, weights, lrs, num_steps, span)
+    r, n, d, flat, lrs, b, span = check_replicas(syn0, syn1, *pairs)
     points, labels = _check_tree(points, labels, n)
     cap = check_cap(row_cap)
     if num_steps == 0:
         return 0.0
-    flat = tuple(np.stack([c[j] for c in chunks]) for j in range(3))
     with num_threads(threads) as parts:
         per = replica_threads(parts, r)
         u = r * per

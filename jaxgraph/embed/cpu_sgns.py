@@ -34,12 +34,11 @@ from jaxgraph.embed._intrinsics import prefetch_row
 from jaxgraph.embed._kernel_args import (
     check_alias,
     check_cap,
-    check_chunk,
     check_ids,
     check_key,
+    check_replicas,
     check_step,
-    check_tables,
-    replica_chunks,
+    one_replica,
 )
 from jaxgraph.embed._kernel_steps import (
     await_written,
@@ -403,8 +402,7 @@ def train_chunk(
       ValueError: on bad tables, shapes, ids or arguments (as :func:`step_update`); nothing is
         changed then.
     """
-    check_tables(syn0, syn1)
-    replica = (syn0[None], syn1[None], *(np.asarray(a)[None] for a in (inputs, outputs, weights)))
+    replica = one_replica(syn0, syn1, inputs, outputs, weights)
     args = (lrs, num_steps, [key], accept, alias, negatives, share, span, row_cap, threads)
     return train_replicas(*replica, *args, first_step=first_step)
 
@@ -442,10 +440,8 @@ def train_replicas(
     Raises:
       ValueError: as :func:`train_chunk`, or on ``R`` that differs between arguments.
     """
-    r, n, d = check_tables(syn0, syn1, replicas=True)
-    pairs = replica_chunks(r, inputs, outputs, weights)
-    chunks = [check_chunk(*c, lrs, num_steps, span, n) for c in pairs]
-    lrs, b, span = chunks[0][3:]
+    pairs = (inputs, outputs, weights, lrs, num_steps, span)
+    r, n, d, flat, lrs, b, span = check_replicas(syn0, syn1, *pairs)
     if not isinstance(first_step, numbers.Integral) or first_step < 0:
         raise ValueError(f"first_step must be an integer >= 0, got {first_step!r}")
     accept, alias = check_alias(accept, alias, n)
@@ -460,7 +456,6 @@ def train_replicas(
     if num_steps == 0:
         return 0.0
     groups = b // share
-    flat = tuple(np.stack([c[j] for c in chunks]) for j in range(3))
     table = (accept, alias)
     with num_threads(threads) as parts:
         per = replica_threads(parts, r)
