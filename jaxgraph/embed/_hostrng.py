@@ -57,10 +57,16 @@ def next_u64(state):
 
 
 @njit(inline="always", cache=True)
+def unit(z):
+    """The ``float64`` in ``[0, 1)`` of a ``uint64``'s top 53 bits."""
+    return (z >> np.uint64(11)) * _TO_UNIT
+
+
+@njit(inline="always", cache=True)
 def next_uniform(state):
     """Returns ``(new_state, float64 draw in [0, 1))``."""
     state, z = next_u64(state)
-    return state, (z >> np.uint64(11)) * _TO_UNIT
+    return state, unit(z)
 
 
 @njit(inline="always", cache=True)

@@ -1,5 +1,5 @@
-"""LLVM intrinsics for the numba skip-gram kernels: a row prefetch and a step counter's
-acquire load and release store.
+"""LLVM intrinsics for the numba skip-gram kernels: a row prefetch, a step counter's acquire
+load and release store, and the high half of a 64-bit product.
 
 **Prefetch** (LLVM's ``llvm.prefetch``). The skip-gram kernel's rows are random and bound by
 memory latency; asking for the rows of a pair two ahead while the current pair computes hides
@@ -10,6 +10,10 @@ while its thread is updating the same hub rows, and on an R-MAT of 10,000 nodes 
 **Counters.** A kernel's threads publish how many steps are written: a release store after a
 step's table writes, an acquire load before the next step's, so a thread that sees a count also
 sees those steps' updates (numba has no atomics on the CPU).
+
+**Wide product.** ``mulhi(z, n)`` is ``floor(z n / 2**64)``: a uniform 64-bit ``z`` maps to an
+index in ``[0, n)`` without a division, and the low half ``z n mod 2**64`` is the uniform position
+inside that index's share (numba has no 128-bit integers).
 
 numba caches a kernel by its own file: after changing this one, touch the files of the kernels
 that use it (``_kernel_steps.py``, ``cpu_sgns.py``, ``cpu_hsoftmax.py``)."""
@@ -99,3 +103,21 @@ def store_release(typingctx, counters, i, value):
         return context.get_dummy_value()
 
     return types.void(counters, i, value), codegen
+
+
+@intrinsic
+def mulhi(typingctx, a, b):
+    """The high 64 bits of the 128-bit product of ``a`` and ``b`` (both cast to ``uint64``)."""
+    if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        wide = ir.IntType(128)
+        x, y = (
+            builder.zext(context.cast(builder, v, t, types.uint64), wide)
+            for v, t in zip(args, sig.args, strict=True)
+        )
+        high = builder.lshr(builder.mul(x, y), ir.Constant(wide, 64))
+        return builder.trunc(high, ir.IntType(64))
+
+    return types.uint64(a, b), codegen

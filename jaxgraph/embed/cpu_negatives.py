@@ -11,19 +11,24 @@ import numpy as np
 from numba import njit, prange
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed._intrinsics import mulhi
 from jaxgraph.embed._kernel_args import check_alias, check_key
 
 
 @njit(inline="always", cache=True)
 def _draw_group(step_key, group, accept, alias, out):
     """Fills ``out: int32[K]`` with the negatives of group ``group`` of the step keyed
-    ``step_key``: alias draws ``i ~ U[0, N)``, ``i if u < accept[i] else alias[i]``."""
+    ``step_key``: each an alias draw from one 64-bit ``z``, the bucket ``j = floor(z N / 2**64)``
+    and ``u`` the fraction of ``z N / 2**64`` past ``j``, uniform in ``[0, 1)`` given ``j``;
+    ``j if u < accept[j] else alias[j]``, selected without a branch."""
     state = hr.stream(step_key, group)
-    n = accept.shape[0]
+    n = np.uint64(accept.shape[0])
     for k in range(out.shape[0]):
-        state, j = hr.next_below(state, n)
-        state, u = hr.next_uniform(state)
-        out[k] = j if u < accept[j] else alias[j]
+        state, z = hr.next_u64(state)
+        j = np.int64(mulhi(z, n))
+        u = hr.unit(z * n)
+        other = np.int64(alias[j])
+        out[k] = other + (j - other) * np.int64(u < accept[j])
 
 
 @njit(inline="always", cache=True)
