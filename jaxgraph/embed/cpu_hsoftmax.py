@@ -23,6 +23,7 @@ from jaxgraph.embed._kernel_args import (
     check_replicas,
     check_step,
     one_replica,
+    page_aligned,
 )
 from jaxgraph.embed._kernel_steps import (
     await_written,
@@ -117,7 +118,7 @@ def _chunk(
     ``grad`` on have a leading worker axis. Returns the summed loss."""
     workers = ins.shape[0]
     losses = np.zeros(workers)
-    written = np.zeros((syn0.shape[0], 8), np.int64)  # a cache line per replica
+    written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
     for u in prange(workers):
         r, t = u // per_replica, u % per_replica
         x0, x1, done = syn0[r], syn1[r], written[r]
@@ -241,7 +242,7 @@ def train_replicas(
         per = replica_threads(parts, r)
         u = r * per
         bufs = (
-            np.empty((u, b, d), np.float32),
+            page_aligned((u, b, d)),
             np.empty((u, b, labels.shape[1]), np.float32),
             np.zeros((u, 2 * n), np.int32),
             np.empty((u, b), np.int32),

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from jaxgraph.embed import cpu_hsoftmax, cpu_sgns
+from jaxgraph.embed._kernel_args import page_aligned
 from jaxgraph.embed.hsoftmax import HuffmanTree
 from jaxgraph.embed.programs import local_replica
 from jaxgraph.embed.sgns import Merge, NegativeTable, SkipGramConfig, Tables, check_merge
@@ -88,6 +89,15 @@ def merge_replicas(
         _merge(table, at, rows, _RULES[merge])
 
 
+def _page_copy(table) -> np.ndarray:
+    """A page-aligned host copy of ``table`` (:func:`~jaxgraph.embed._kernel_args.page_aligned`:
+    the kernels' rows then start cache lines)."""
+    table = np.asarray(table)
+    out = page_aligned(table.shape, table.dtype)
+    out[...] = table
+    return out
+
+
 @dataclasses.dataclass
 class HostReplicas:
     """Host copies of a trainer's replicas: ``tables`` (``Tables(f32[P, N, d], f32[P, N,
@@ -101,7 +111,7 @@ class HostReplicas:
     def pull(cls, tables: Tables, anchor: Tables | None) -> HostReplicas:
         """Copies of device tables ``f32[P, N, d]`` and of this process's replica of the
         anchor."""
-        host = Tables(*(np.array(t) for t in tables))
+        host = Tables(*(_page_copy(t) for t in tables))
         shared = None if anchor is None else Tables(*(local_replica(a).copy() for a in anchor))
         return cls(host, shared)
 

@@ -39,6 +39,7 @@ from jaxgraph.embed._kernel_args import (
     check_replicas,
     check_step,
     one_replica,
+    page_aligned,
 )
 from jaxgraph.embed._kernel_steps import (
     await_written,
@@ -82,10 +83,10 @@ class _Workspace(NamedTuple):
         shared = (t, groups, k, dim) if groups < batch else (t, 1, 1, 1)
         neg = (t, batch, k) if groups == batch else (t, 1, 1)
         return cls(
-            np.empty((t, batch, dim), np.float32),
+            page_aligned((t, batch, dim)),
             np.empty((t, batch), np.float32),
             np.zeros(neg, np.float32),
-            np.zeros(shared, np.float32),
+            page_aligned(shared, fill=0),
             np.zeros((t, groups, k), np.int32),
             np.zeros((t, 2 * num_rows), np.int32),
             np.empty((t, batch), np.int32),
@@ -285,7 +286,7 @@ def _chunk(
     (:mod:`~jaxgraph.embed._kernel_steps`). Returns the summed loss."""
     workers = ins.shape[0]
     losses = np.zeros(workers)
-    written = np.zeros((syn0.shape[0], 8), np.int64)  # a cache line per replica
+    written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
     for u in prange(workers):
         r, t = u // per_replica, u % per_replica
         x0, x1, key, done = syn0[r], syn1[r], keys[r], written[r]

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgraph.embed.cpu_replicas import merge_replicas
+from jaxgraph.embed._kernel_args import PAGE, page_aligned
+from jaxgraph.embed.cpu_replicas import HostReplicas, merge_replicas
 from jaxgraph.embed.merge import AllSync
 from jaxgraph.embed.programs import sync_program
 from jaxgraph.embed.sgns import Tables
@@ -64,3 +65,18 @@ def test_input_rows_restrict_the_merge_of_syn0():
         merge_replicas(host, None, "touched")
     with pytest.raises(ValueError, match="merge must be one of"):
         merge_replicas(host, anchor, "median")
+
+
+def test_host_copies_start_a_page_and_equal_the_device_tables():
+    """The kernels' tables start a page (rows of 512 bytes then start cache lines) and hold the
+    device values; :func:`page_aligned` starts a page for any shape and fills on request."""
+    rng = np.random.default_rng(0)
+    device = Tables(*(jnp.asarray(rng.normal(0, 1, (2, 33, 16)).astype(np.float32)) for _ in "ab"))
+    host = HostReplicas.pull(device, None)
+    for got, want in zip(host.tables, device, strict=True):
+        assert got.ctypes.data % PAGE == 0 and got.flags.c_contiguous and got.flags.writeable
+        np.testing.assert_array_equal(got, np.asarray(want))
+    for shape, dtype in (((3, 5, 7), np.float32), ((1,), np.int64), ((4, 1024), np.float32)):
+        out = page_aligned(shape, dtype, fill=3)
+        assert out.shape == shape and out.dtype == dtype and out.ctypes.data % PAGE == 0
+        assert (out == 3).all()
