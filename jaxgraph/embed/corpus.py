@@ -38,6 +38,20 @@ def corpus_counts(walks: Walks, num_nodes: int) -> np.ndarray:
     return np.bincount(walks.nodes[mask], minlength=num_nodes).astype(np.int64)
 
 
+@njit(nogil=True, cache=True)
+def tally_pairs(inputs, outputs, counts, marks):
+    """Adds one to ``counts: int64[N]`` at every id of ``inputs`` and ``outputs`` (``int[M]``,
+    ids in range), and sets ``marks: bool[N]`` at the inputs' ids unless ``marks`` is empty: the
+    count ``np.bincount`` gives in one pass, without its copies."""
+    for i in inputs:
+        counts[i] += 1
+    for o in outputs:
+        counts[o] += 1
+    if marks.shape[0]:
+        for i in inputs:
+            marks[i] = True
+
+
 def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
     """word2vec's sub-sampling keep probability per node (module docstring), ``float64[N]``:
     1 for nodes never in the corpus, and for all with ``sample <= 0``."""

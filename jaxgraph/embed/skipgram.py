@@ -28,6 +28,7 @@ from jaxgraph.embed.corpus import (
     keep_probability,
     negative_weights,
     skipgram_pairs,
+    tally_pairs,
 )
 from jaxgraph.embed.cpu_replicas import HostReplicas
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
@@ -154,6 +155,7 @@ class SkipGramTrainer:
         self.kernel = config.kernel_in_use()
         self._host: HostReplicas | None = None
         self._round = 0  # the round being trained (keys the CPU kernel's negatives)
+        self._keys: tuple[int, list] = (-1, [])  # (round, the replicas' keys of its negatives)
         # Hierarchical softmax's tree, one for the whole run; path_length: its longest path.
         self._tree, self.path_length = None, None
         if hierarchical:
@@ -392,10 +394,11 @@ class SkipGramTrainer:
         """:meth:`_run`'s chunk on every replica at once with the CPU kernel, in place; replica
         ``d`` draws its negatives on the streams of the key of (seed, round, ``d``)."""
         self._pull()
-        neg = hr.PURPOSE_NEGATIVES
-        keys = [hr.round_key(self.seed, neg, self._round, d) for d in range(self.num_devices)]
+        if self._keys[0] != self._round:
+            neg, r = hr.PURPOSE_NEGATIVES, self._round
+            self._keys = (r, [hr.round_key(self.seed, neg, r, d) for d in range(self.num_devices)])
         chunk = (x_in, x_out, x_w, lr, take)
-        loss = self._host.train(chunk, output, self.config, keys, self._step)
+        loss = self._host.train(chunk, output, self.config, self._keys[1], self._step)
         self._step += take
         return loss
 
@@ -407,16 +410,14 @@ class SkipGramTrainer:
         x_out = np.zeros((p, cap, b), np.int32)
         x_w = np.zeros((p, cap, b), np.float32)
         lo, hi = start * b, (start + take) * b
-        trained = []
+        updates = np.zeros(self.num_nodes, np.int64)
+        marks = self._inputs_since_merge if self._tracks_inputs else self._inputs_since_merge[:0]
         for d in range(p):
             m = max(0, min(hi, per_dev[d]) - lo)
             x_in[d].reshape(-1)[:m] = ins[d][lo : lo + m]
             x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
             x_w[d].reshape(-1)[:m] = 1.0
-            trained += [ins[d][lo : lo + m], outs[d][lo : lo + m]]
-            if self._tracks_inputs:
-                self._inputs_since_merge[ins[d][lo : lo + m]] = True
-        updates = np.bincount(np.concatenate(trained), minlength=self.num_nodes)
+            tally_pairs(ins[d][lo : lo + m], outs[d][lo : lo + m], updates, marks)
         self.update_counts += updates
         self.round_update_counts += updates
         lr = self._rates(alphas, start, take)

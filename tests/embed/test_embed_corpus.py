@@ -14,6 +14,7 @@ from jaxgraph.embed.corpus import (
     negative_weights,
     pairs_per_walk,
     skipgram_pairs,
+    tally_pairs,
 )
 from jaxgraph.embed.walks import PAD, Walks
 
@@ -178,3 +179,16 @@ def test_negative_weights_use_float_powers():
     # Power 0: uniform over the nodes that occur (0 ** 0 would be 1); a lone token is certain.
     np.testing.assert_array_equal(negative_weights([0, 1, 3], power=0), [0.0, 0.5, 0.5])
     np.testing.assert_array_equal(negative_weights([0, 1]), [0.0, 1.0])
+
+
+@pytest.mark.parametrize("mark", [True, False])
+def test_tally_pairs_adds_the_bincount_and_marks_the_inputs(mark):
+    rng = np.random.default_rng(1)
+    n = 50
+    ins, outs = rng.integers(0, n, 300).astype(np.int32), rng.integers(0, n, 300).astype(np.int32)
+    counts = rng.integers(0, 9, n).astype(np.int64)
+    start = counts.copy()
+    marks = np.zeros(n, bool)
+    tally_pairs(ins, outs, counts, marks if mark else marks[:0])
+    np.testing.assert_array_equal(counts - start, np.bincount(np.r_[ins, outs], minlength=n))
+    np.testing.assert_array_equal(marks, np.isin(np.arange(n), ins) if mark else False)
