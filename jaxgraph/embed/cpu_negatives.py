@@ -20,7 +20,7 @@ def _draw_group(step_key, group, accept, alias, out):
     """Fills ``out: int32[K]`` with the negatives of group ``group`` of the step keyed
     ``step_key``: each an alias draw from one 64-bit ``z``, the bucket ``j = floor(z N / 2**64)``
     and ``u`` the fraction of ``z N / 2**64`` past ``j``, uniform in ``[0, 1)`` given ``j``;
-    ``j if u < accept[j] else alias[j]``, selected without a branch."""
+    ``j if u < accept[j] else alias[j]``."""
     state = hr.stream(step_key, group)
     n = np.uint64(accept.shape[0])
     for k in range(out.shape[0]):
