@@ -57,6 +57,13 @@ def next_u64(state):
 
 
 @njit(inline="always", cache=True)
+def nth_u64(state, k):
+    """The ``k``-th ``uint64`` draw (``k >= 1``) that :func:`next_u64` gives from ``state``
+    (the state only adds ``_GAMMA`` per draw), so a stream's draws can be taken in any order."""
+    return _mix(state + np.uint64(k) * _GAMMA)
+
+
+@njit(inline="always", cache=True)
 def unit(z):
     """The ``float64`` in ``[0, 1)`` of a ``uint64``'s top 53 bits."""
     return (z >> np.uint64(11)) * _TO_UNIT

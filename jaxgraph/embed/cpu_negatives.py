@@ -16,28 +16,34 @@ from jaxgraph.embed._kernel_args import check_alias, check_key
 
 
 @njit(inline="always", cache=True)
-def _draw_group(step_key, group, accept, alias, out):
-    """Fills ``out: int32[K]`` with the negatives of group ``group`` of the step keyed
-    ``step_key``: each an alias draw from one 64-bit ``z``, the bucket ``j = floor(z N / 2**64)``
-    and ``u`` the fraction of ``z N / 2**64`` past ``j``, uniform in ``[0, 1)`` given ``j``;
-    ``j if u < accept[j] else alias[j]``."""
-    state = hr.stream(step_key, group)
-    n = np.uint64(accept.shape[0])
-    for k in range(out.shape[0]):
-        state, z = hr.next_u64(state)
-        j = np.int64(mulhi(z, n))
-        u = hr.unit(z * n)
-        other = np.int64(alias[j])
-        out[k] = other + (j - other) * np.int64(u < accept[j])
-
-
-@njit(inline="always", cache=True)
 def draw_step(key, step, accept, alias, out):
-    """Fills ``out: int32[B / G, K]`` with the negatives of every group of global step
-    ``step`` under the chunk key ``key``."""
+    """Fills ``out: int32[B / G, K]`` with the negatives of every group of global step ``step``
+    under the chunk key ``key``. Negative ``k`` of group ``g`` is an alias draw from the
+    ``k + 1``-th number ``z`` of the stream (step key, ``g``): the bucket ``j = floor(z N /
+    2**64)``, and ``u`` the fraction of ``z N / 2**64`` past ``j`` (uniform in ``[0, 1)`` given
+    ``j``); ``j if u < accept[j] else alias[j]``.
+
+    Every stream's numbers are drawn first, in one pass without loads or branches (it
+    vectorises), then the table lookups. The lookups select through a two-slot array: as a
+    select, LLVM compiled them to a branch that ``u`` mispredicts, 38 of a pair's 50 ns of
+    draws."""
     step_key = hr.stream(key, step)
-    for n in range(out.shape[0]):
-        _draw_group(step_key, n, accept, alias, out[n])
+    groups, kn = out.shape
+    starts = np.empty(groups, np.uint64)
+    for g in range(groups):
+        starts[g] = hr.stream(step_key, g)
+    draws = np.empty((kn, groups), np.uint64)
+    for k in range(kn):
+        for g in range(groups):
+            draws[k, g] = hr.nth_u64(starts[g], k + 1)
+    n = np.uint64(accept.shape[0])
+    pick = np.empty(2, np.int64)
+    for g in range(groups):
+        for k in range(kn):
+            z = draws[k, g]
+            j = np.int64(mulhi(z, n))
+            pick[0], pick[1] = alias[j], j
+            out[g, k] = pick[np.int64(hr.unit(z * n) < accept[j])]
 
 
 @njit(parallel=True, nogil=True, cache=True)

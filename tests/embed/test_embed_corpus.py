@@ -192,3 +192,15 @@ def test_tally_pairs_adds_the_bincount_and_marks_the_inputs(mark):
     tally_pairs(ins, outs, counts, marks if mark else marks[:0])
     np.testing.assert_array_equal(counts - start, np.bincount(np.r_[ins, outs], minlength=n))
     np.testing.assert_array_equal(marks, np.isin(np.arange(n), ins) if mark else False)
+
+
+def test_nth_draw_of_a_stream_equals_stepping_it():
+    """The negatives' draws take a stream's numbers out of order (``nth_u64``)."""
+    u64 = np.uint64  # numba returns streams as Python ints; hand them back as uint64
+    state = u64(hr.stream(KEY, 12345))
+    stepped, draws = state, set()
+    for k in range(1, 9):
+        stepped, z = hr.next_u64(u64(stepped))
+        assert hr.nth_u64(state, k) == z
+        draws.add(int(z))
+    assert len(draws) == 8
