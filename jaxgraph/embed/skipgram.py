@@ -3,8 +3,8 @@
 Each device of a 1-D mesh trains on its shard of the round's walks with a full replica of both
 tables (``f32[P, N, d]``; the update is :mod:`jaxgraph.embed.sgns`'s, the programs
 :mod:`jaxgraph.embed.programs`'). A :class:`~jaxgraph.embed.merge.TableSync` merges rows every
-``sync_every`` steps; a round ends with a full merge, so the feedback and the output read one
-consistent table.
+``sync_every`` steps (``merge="sum"``: at most :func:`~jaxgraph.embed.merge.sum_period`'s); a
+round ends with a full merge, so the feedback and the output read one consistent table.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from jaxgraph.embed.corpus import (
 from jaxgraph.embed.cpu_replicas import HostReplicas
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
 from jaxgraph.embed.hsoftmax import HuffmanTree, huffman_tree
-from jaxgraph.embed.merge import AllSync, PlannedSync, TableSync, input_row_index
+from jaxgraph.embed.merge import (
+    AllSync,
+    PlannedSync,
+    TableSync,
+    input_row_index,
+    sum_period,
+)
 from jaxgraph.embed.programs import (
     device_block_pairs,
     local_replica,
@@ -106,12 +112,15 @@ class SkipGramTrainer:
                 raise ValueError(f"{name} needs degrees of shape [num_nodes]")
         config.round_lr(0)  # an incomplete schedule ('global' without its rounds) fails here
         self.num_nodes = num_nodes
-        self.config = config
         self.mesh = mesh
         self.axis_name = mesh.axis_names[0]
         self.num_devices = mesh.shape[self.axis_name]
         self.seed = seed
         self.sync = sync or AllSync(config.merge)
+        if self.sync.merge == "sum":  # the config this trainer runs: sum's bounded period
+            period = sum_period(config.sync_every, num_nodes, config.batch_size, self.num_devices)
+            config = dataclasses.replace(config, sync_every=period)
+        self.config = config
         if hierarchical and isinstance(self.sync, PlannedSync):
             raise ValueError(
                 "objective='hierarchical' needs a sync of every row (AllSync): a planned sync "

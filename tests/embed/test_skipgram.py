@@ -11,7 +11,13 @@ import pytest
 from scipy import stats
 
 from jaxgraph.embed.corpus import alias_table, negative_weights
-from jaxgraph.embed.merge import AllSync, merge_rows
+from jaxgraph.embed.merge import (
+    SUM_BLIND_STEPS,
+    SUM_ROW_UPDATES,
+    AllSync,
+    merge_rows,
+    sum_period,
+)
 from jaxgraph.embed.programs import sync_program, train_program
 from jaxgraph.embed.sgns import (
     NegativeTable,
@@ -480,15 +486,49 @@ def test_allsync_merges_the_trained_input_rows_and_equals_a_whole_table_merge(
 
 def test_long_sum_merge_periods_warn_before_training():
     """merge='sum' at SUM_SWING_STEPS steps or more on several replicas warns at construction;
-    one replica, a shorter period, or another merge rule do not."""
+    one replica, a shorter period, or another merge rule do not (on a graph large enough that
+    sum_period keeps 512 steps on 2 replicas)."""
+    n = SUM_SWING_STEPS * BATCH // SUM_ROW_UPDATES
     cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, merge="sum")
     long = dataclasses.replace(cfg, sync_every=SUM_SWING_STEPS)
     with pytest.warns(UserWarning, match=r"merge='sum' every 512 steps: .*use merge='mean'"):
-        SkipGramTrainer(N, long, make_mesh(2, AXIS))
+        SkipGramTrainer(n, long, make_mesh(2, AXIS))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        SkipGramTrainer(N, long, make_mesh(1, AXIS))
+        SkipGramTrainer(n, long, make_mesh(1, AXIS))
         SkipGramTrainer(
-            N, dataclasses.replace(long, sync_every=SUM_SWING_STEPS - 1), make_mesh(2, AXIS)
+            n, dataclasses.replace(long, sync_every=SUM_SWING_STEPS - 1), make_mesh(2, AXIS)
         )
-        SkipGramTrainer(N, dataclasses.replace(long, merge="touched"), make_mesh(2, AXIS))
+        SkipGramTrainer(n, dataclasses.replace(long, merge="touched"), make_mesh(2, AXIS))
+        # On a smaller graph the sum's period is cut below the swing.
+        SkipGramTrainer(n - 1, long, make_mesh(2, AXIS))
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 4, 8])
+def test_sum_merges_at_most_a_few_blind_updates_per_row_apart(num_parts):
+    """The trainer runs merge='sum' every sum_period steps: between two merges the other
+    replicas train at most 8 pairs per row and, from 3 replicas, 64 steps; every other rule,
+    and one replica, keep sync_every."""
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=64)
+    mesh = make_mesh(num_parts, AXIS)
+    for n in (10, 100, 300, 5000):
+        expect = 64
+        if num_parts > 1:
+            blind = SUM_ROW_UPDATES * n // BATCH
+            blind = blind if num_parts == 2 else min(blind, SUM_BLIND_STEPS)
+            expect = max(1, min(64, blind // (num_parts - 1)))
+        got = SkipGramTrainer(n, dataclasses.replace(cfg, merge="sum"), mesh).config
+        assert got.sync_every == sum_period(64, n, BATCH, num_parts) == expect
+        assert dataclasses.replace(got, sync_every=64, merge="mean") == cfg
+        for merge in ("mean", "touched"):
+            other = SkipGramTrainer(n, dataclasses.replace(cfg, merge=merge), mesh).config
+            assert other.sync_every == 64
+    # The bound itself: min(8 N / B, 64 for P >= 3) / (P - 1) rounded down, within
+    # [1, sync_every].
+    assert sum_period(64, 300, 16, 2) == 64
+    assert sum_period(1000, 300, 16, 2) == 150
+    assert sum_period(1000, 300, 16, 3) == 32
+    assert sum_period(1000, 300, 16, 4) == 21
+    assert sum_period(1000, 30, 16, 4) == 5
+    assert sum_period(1000, 10, 16, 8) == 1
+    assert sum_period(7, 10, 16, 1) == 7
