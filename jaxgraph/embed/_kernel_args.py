@@ -142,12 +142,18 @@ def one_replica(syn0, syn1, inputs, outputs, weights):
     return (syn0[None], syn1[None], *(np.asarray(a)[None] for a in (inputs, outputs, weights)))
 
 
-def check_replicas(syn0, syn1, inputs, outputs, weights, lrs, num_steps, span):
-    """``R`` replicas' tables ``f32[R, N, d]`` and chunks (``inputs, outputs: int[R, S, B]``,
-    ``weights: f[R, S, B]``, one ``lrs: f[S]``) checked, each chunk as :func:`check_chunk`:
-    ``(R, N, d, flat, lrs, B, span)`` with ``flat`` the stacked ``(flat_in, flat_out,
-    flat_w)`` of shape ``[R, S' B]``."""
-    r, n, d = check_tables(syn0, syn1, replicas=True)
+def check_replicas(syn0, syn1, inputs, outputs, weights, lrs, num_steps, span, copies=1):
+    """``R`` replicas' tables ``f32[R C, N, d]`` (``C = copies`` of each) and chunks
+    (``inputs, outputs: int[R, S, B]``, ``weights: f[R, S, B]``, one ``lrs: f[S]``) checked,
+    each chunk as :func:`check_chunk`: ``(R, N, d, flat, lrs, B, span)`` with ``flat`` the
+    stacked ``(flat_in, flat_out, flat_w)`` of shape ``[R, S' B]``."""
+    tables, n, d = check_tables(syn0, syn1, replicas=True)
+    if not isinstance(copies, numbers.Integral) or copies < 1 or tables % copies:
+        raise ValueError(
+            f"copies must be an integer >= 1 that divides the tables' leading axis ({tables}), "
+            f"got {copies!r}"
+        )
+    r = tables // copies
     arrays = {"inputs": inputs, "outputs": outputs, "weights": weights}
     for name, a in arrays.items():
         if np.ndim(a) < 1 or np.shape(a)[0] != r:

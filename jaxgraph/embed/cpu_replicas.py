@@ -102,18 +102,28 @@ def _page_copy(table) -> np.ndarray:
 class HostReplicas:
     """Host copies of a trainer's replicas: ``tables`` (``Tables(f32[P, N, d], f32[P, N,
     d])``) and the ``anchor`` every replica shares (``Tables(f32[N, d], f32[N, d])``, the value
-    at the last merge; None for ``"mean"``), updated in place until :meth:`push`."""
+    at the last merge; None for ``"mean"``), updated in place until :meth:`push`.
+
+    With ``copies = C > 1`` (one device, ``P = 1``), ``tables`` holds ``C`` copies of its
+    tables, one per kernel thread (``cpu_sgns.train_replicas``' ``copies``), and ``anchor``
+    their value at the last merge; :meth:`merge` sums their changes."""
 
     tables: Tables
     anchor: Tables | None
+    copies: int = 1
 
     @classmethod
-    def pull(cls, tables: Tables, anchor: Tables | None) -> HostReplicas:
+    def pull(cls, tables: Tables, anchor: Tables | None, copies: int = 1) -> HostReplicas:
         """Copies of device tables ``f32[P, N, d]`` and of this process's replica of the
-        anchor."""
-        host = Tables(*(_page_copy(t) for t in tables))
-        shared = None if anchor is None else Tables(*(local_replica(a).copy() for a in anchor))
-        return cls(host, shared)
+        anchor, or ``copies`` copies of one device's tables and their anchor."""
+        if copies == 1:
+            host = Tables(*(_page_copy(t) for t in tables))
+            shared = None if anchor is None else Tables(*(local_replica(a).copy() for a in anchor))
+            return cls(host, shared)
+        if tables.syn0.shape[0] != 1:
+            raise ValueError(f"copies train one device's tables, got {tables.syn0.shape[0]}")
+        host = Tables(*(_page_copy(np.repeat(np.asarray(t), copies, axis=0)) for t in tables))
+        return cls(host, Tables(*(t[0].copy() for t in host)), copies)
 
     def train(
         self,
@@ -131,16 +141,19 @@ class HostReplicas:
         if isinstance(output, HuffmanTree):
             return cpu_hsoftmax.train_replicas(*self.tables, *chunk, *output, *rules[2:])
         args = (*self.tables, *chunk, keys, *output, *rules)
-        return cpu_sgns.train_replicas(*args, first_step=first_step)
+        return cpu_sgns.train_replicas(*args, first_step=first_step, copies=self.copies)
 
     def merge(self, merge: Merge, input_rows: np.ndarray | None = None) -> None:
-        """:func:`merge_replicas` on these copies."""
-        merge_replicas(self.tables, self.anchor, merge, input_rows)
+        """:func:`merge_replicas` on these copies (``"sum"`` for a device's copies)."""
+        merge_replicas(self.tables, self.anchor, "sum" if self.copies > 1 else merge, input_rows)
 
     def push(self, place: Callable) -> tuple[Tables, Tables | None]:
         """The tables and the anchor (broadcast to every replica) as ``place(syn0, syn1)``
-        places host arrays ``f32[P, N, d]``; None for no anchor."""
+        places host arrays ``f32[P, N, d]``; None for no anchor, and for a device's copies
+        (merged: copy 0 is the device's tables)."""
         shape = self.tables.syn0.shape
+        if self.copies > 1:
+            return place(*(t[:1] for t in self.tables)), None
         if self.anchor is None:
             return place(*self.tables), None
         return place(*self.tables), place(*(np.broadcast_to(a, shape) for a in self.anchor))

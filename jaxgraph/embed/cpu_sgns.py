@@ -278,21 +278,28 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
 @njit(parallel=True, nogil=True, cache=True)
 def _chunk(
     syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, keys,
-    first_step, accept, alias, cap, per_replica, grad, pos, neg, shared, hit,
+    first_step, accept, alias, cap, per_replica, copies, grad, pos, neg, shared, hit,
     counts, ins, outs, w, negs,
 ):  # fmt: skip
     """The steps of :func:`train_replicas`: worker ``u`` (of ``R T``) is thread ``t = u % T``
     of replica ``r = u // T`` (``T = per_replica``) and trains its steps ``t, t + T, ..``,
     writing each once the replica's step before it is written
-    (:mod:`~jaxgraph.embed._kernel_steps`). Returns the summed loss."""
+    (:mod:`~jaxgraph.embed._kernel_steps`); with ``copies``, it trains the ``t``-th of ``T``
+    contiguous stretches of the steps on its own copy ``u`` of the tables, without waiting.
+    Returns the summed loss."""
     workers = ins.shape[0]
     losses = np.zeros(workers)
     written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
+    stretch = (num_steps + per_replica - 1) // per_replica
     for u in prange(workers):
         r, t = u // per_replica, u % per_replica
-        x0, x1, key, done = syn0[r], syn1[r], keys[r], written[r]
+        c, first, last, stride = r, t, num_steps, per_replica
+        if copies:
+            c, first, last = r * per_replica + t, t * stretch, min(num_steps, (t + 1) * stretch)
+            stride = 1
+        x0, x1, key, done = syn0[c], syn1[c], keys[r], written[c]
         total = 0.0
-        for s in range(t, num_steps, per_replica):
+        for s in range(first, last, stride):
             gather_step(
                 flat_in[r], flat_out[r], flat_w[r], s, span, num_steps, ins[u], outs[u], w[u]
             )
@@ -301,11 +308,13 @@ def _chunk(
                 x0, x1, ins[u], outs[u], w[u], negs[u], lrs[s], cap,
                 grad[u], pos[u], neg[u], shared[u], hit[u], counts[u],
             )  # fmt: skip
-            await_written(done, s)
+            if not copies:
+                await_written(done, s)
             _write(
                 x0, x1, ins[u], outs[u], negs[u], cap, grad[u], pos[u], neg[u], shared[u], counts[u]
             )
-            mark_written(done, s)
+            if not copies:
+                mark_written(done, s)
         losses[u] = total
     return losses.sum()
 
@@ -430,10 +439,17 @@ def train_replicas(
     threads: int | None = None,
     *,
     first_step: int = 0,
+    copies: int = 1,
 ) -> float:
     """:func:`train_chunk` on ``R`` replicas at once, each on its own tables, pairs and key,
     the threads split among them (:func:`~jaxgraph.embed._kernel_steps.replica_threads`): with
     one thread a replica, each ends as :func:`train_chunk` with ``threads=1`` would leave it.
+
+    With ``copies = C > 1``, replica ``r`` has ``C`` copies of its tables (``syn0, syn1:
+    f32[R C, N, d]``, copy ``r C + t``) and ``C`` workers: worker ``t`` trains the ``t``-th of
+    ``C`` contiguous stretches of the replica's steps (``ceil(S' / C)`` each; their pairs,
+    rates and negatives as above) on copy ``r C + t`` without waiting for the others; the
+    caller merges the copies.
 
     Shapes:
       ``syn0, syn1: f32[R, N, d]`` (C-contiguous), ``inputs, outputs: int[R, S, B]``,
@@ -446,7 +462,7 @@ def train_replicas(
       ValueError: as :func:`train_chunk`, or on ``R`` that differs between arguments.
     """
     pairs = (inputs, outputs, weights, lrs, num_steps, span)
-    r, n, d, flat, lrs, b, span = check_replicas(syn0, syn1, *pairs)
+    r, n, d, flat, lrs, b, span = check_replicas(syn0, syn1, *pairs, copies=copies)
     if not isinstance(first_step, numbers.Integral) or first_step < 0:
         raise ValueError(f"first_step must be an integer >= 0, got {first_step!r}")
     accept, alias = check_alias(accept, alias, n)
@@ -463,9 +479,9 @@ def train_replicas(
     groups = b // share
     table = (accept, alias)
     with num_threads(threads) as parts:
-        per = replica_threads(parts, r)
+        per = copies if copies > 1 else replica_threads(parts, r)
         ws = _Workspace.create(r * per, n, d, b, groups, int(negatives))
         return _chunk(
             syn0, syn1, *flat, lrs, num_steps, span, keys, np.int64(first_step), *table, cap,
-            per, *ws,
+            per, copies > 1, *ws,
         )  # fmt: skip

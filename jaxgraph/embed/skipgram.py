@@ -17,6 +17,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -117,7 +118,17 @@ class SkipGramTrainer:
         self.num_devices = mesh.shape[self.axis_name]
         self.seed = seed
         self.sync = sync or AllSync(config.merge)
-        if self.sync.merge == "sum":  # the config this trainer runs: sum's bounded period
+        self.kernel = config.kernel_in_use()
+        # One device on the CPU kernel's T > 1 threads: each thread trains a copy of the tables
+        # on every T-th step, and the copies' changes are summed every sync_every steps of each
+        # (a sum merge: at most sum_period's); the config this trainer runs says T times that.
+        self.copies = 1
+        if self.kernel == "cpu" and self.num_devices == 1 and not hierarchical:
+            self.copies = config.threads or numba.get_num_threads()
+        if self.copies > 1:
+            period = sum_period(config.sync_every, num_nodes, config.batch_size, self.copies)
+            config = dataclasses.replace(config, sync_every=self.copies * period)
+        elif self.sync.merge == "sum":  # sum's bounded period
             period = sum_period(config.sync_every, num_nodes, config.batch_size, self.num_devices)
             config = dataclasses.replace(config, sync_every=period)
         self.config = config
@@ -154,14 +165,13 @@ class SkipGramTrainer:
         # merge_rows), which the host knows when it builds the pairs; one replica never merges.
         self._skip_untouched = isinstance(self.sync, AllSync)
         self.programs = trainer_programs(mesh, config, self.sync)
-        self._tracks_inputs = (
+        self._tracks_inputs = self.copies > 1 or (
             self._skip_untouched and self.num_devices > 1 and config.pairs == "host"
         )
         self._inputs_since_merge = np.zeros(num_nodes, bool)
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
         # The CPU kernel trains host copies of the tables (None: none taken).
-        self.kernel = config.kernel_in_use()
         self._host: HostReplicas | None = None
         self._round = 0  # the round being trained (keys the CPU kernel's negatives)
         self._keys: tuple[int, list] = (-1, [])  # (round, the replicas' keys of its negatives)
@@ -320,6 +330,8 @@ class SkipGramTrainer:
         was needed)."""
         sync_index = self.periodic_syncs
         self.periodic_syncs += 1
+        if self.copies > 1:
+            return self._merge_copies()
         if self._skip_untouched and self.num_devices == 1:
             return 0  # merging one replica is the identity
         if self._skip_untouched and self._host is not None:  # the CPU kernel's tables
@@ -383,14 +395,26 @@ class SkipGramTrainer:
         table = alias_table(negative_weights(counts))
         return NegativeTable(*(table if self.kernel == "cpu" else place_all(table, self._rep)))
 
+    def _merge_copies(self) -> int:
+        """Sums the changes of the threads' copies (``syn0`` at the rows trained since the last
+        merge); returns the rows merged (of both tables), 0 when no copies are held."""
+        if self._host is None:
+            return 0
+        rows = np.flatnonzero(self._inputs_since_merge)
+        self._inputs_since_merge[:] = False
+        self._host.merge("sum", rows)
+        return self.num_nodes + rows.size
+
     def _pull(self) -> None:
         """Host copies of the replicas for the CPU kernel, kept until :meth:`_push`."""
         if self._host is None:
-            self._host = HostReplicas.pull(self.tables, self.anchor)
+            self._host = HostReplicas.pull(self.tables, self.anchor, self.copies)
 
     def _push(self) -> None:
-        """The host copies back to the devices, where the other merges run."""
+        """The host copies back to the devices (merged), where the other merges run."""
         if self._host is not None:
+            if self.copies > 1:
+                self._merge_copies()
             self.tables, anchor = self._host.push(self._on_devices)
             self.anchor = self.anchor if anchor is None else anchor
             self._host = None

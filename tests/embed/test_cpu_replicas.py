@@ -80,3 +80,37 @@ def test_host_copies_start_a_page_and_equal_the_device_tables():
         out = page_aligned(shape, dtype, fill=3)
         assert out.shape == shape and out.dtype == dtype and out.ctypes.data % PAGE == 0
         assert (out == 3).all()
+
+
+@pytest.mark.parametrize("rows", [None, np.array([0, 3, 5])])
+def test_copies_of_one_device_sum_their_changes(rows):
+    """``copies`` copies of one device's tables: pulled equal (page-aligned), with their
+    anchor; a merge (any rule named) sums the copies' changes from the anchor into every copy
+    and the anchor (``syn0`` at ``rows`` only); push places copy 0 and no anchor."""
+    rng = np.random.default_rng(3)
+    n, d, c = 8, 4, 3
+    device = Tables(*(rng.normal(0, 1, (1, n, d)).astype(np.float32) for _ in range(2)))
+    host = HostReplicas.pull(device, None, copies=c)
+    assert host.copies == c and host.tables.syn0.shape == (c, n, d)
+    for t, a, dev in zip(host.tables, host.anchor, device, strict=True):
+        assert t.ctypes.data % PAGE == 0
+        np.testing.assert_array_equal(t, np.repeat(dev, c, axis=0))
+        np.testing.assert_array_equal(a, dev[0])
+    moves = [rng.normal(0, 0.1, (c, n, d)).astype(np.float32) for _ in range(2)]
+    for t, m in zip(host.tables, moves, strict=True):
+        t += m
+    host.merge("mean", rows)
+    for i, (t, dev, m) in enumerate(zip(host.tables, device, moves, strict=True)):
+        want = np.broadcast_to(dev[0] + m.sum(axis=0), (c, n, d)).copy()
+        if i == 0 and rows is not None:
+            keep = np.setdiff1d(np.arange(n), rows)
+            want[:, keep] = (dev + m)[:, keep]
+        np.testing.assert_allclose(t, want, rtol=1e-6, atol=1e-6)
+        merged = np.arange(n) if i == 1 or rows is None else rows
+        np.testing.assert_array_equal(host.anchor[i][merged], t[0][merged])
+    placed, anchor = host.push(lambda *a: a)
+    assert anchor is None
+    for p, t in zip(placed, host.tables, strict=True):
+        np.testing.assert_array_equal(p, t[:1])
+    with pytest.raises(ValueError, match="copies train one device's tables, got 2"):
+        HostReplicas.pull(Tables(*(np.repeat(t, 2, axis=0) for t in device)), None, copies=2)

@@ -108,6 +108,46 @@ def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(n, span, shar
     assert loss == pytest.approx(step_loss, rel=1e-12)
 
 
+@pytest.mark.parametrize("copies, threads", [(2, 1), (2, 2), (3, 2)])
+def test_copies_train_contiguous_stretches_each_on_its_own_tables(copies, threads):
+    """With ``copies = C``, copy ``t`` ends bit for bit as the chunk's steps ``t ceil(S / C)
+    .. (t + 1) ceil(S / C) - 1`` applied one by one (the interleaved order, the chunk's
+    negatives and rates) to the starting tables, whatever the thread count; the loss sums
+    every copy's steps."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs 2 numba threads")
+    rng = np.random.default_rng(21)
+    n, d, b, s_all, steps, first, key, span, cap = 300, 8, 16, 9, 8, 3, 0xBEEF, 3, 2
+    syn0, syn1 = _tables(rng, n, d)
+    inputs = rng.integers(0, n // 10, (s_all, b)).astype(np.int32)  # rows the copies share
+    outputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
+    weights = np.ones((s_all, b), np.float32)
+    lrs = np.linspace(0.2, 0.05, s_all).astype(np.float32)
+    accept, alias = alias_table(negative_weights(rng.integers(1, 50, n)))
+    order = interleaved_order(steps, b, span)
+    negs = cpu_negatives.chunk_negatives(key, first, steps, b, K, accept, alias)
+    flat = [a.reshape(-1) for a in (inputs, outputs, weights)]
+    stretch = -(-steps // copies)
+    want0 = np.repeat(syn0[None], copies, axis=0)
+    want1 = np.repeat(syn1[None], copies, axis=0)
+    want_loss = 0.0
+    for s, at in enumerate(order):
+        c = s // stretch
+        batch = (flat[0][at], flat[1][at], negs[s], flat[2][at])
+        want_loss += cpu_sgns.step_update(want0[c], want1[c], *batch, lrs[s], cap)
+    got0 = np.repeat(syn0[None], copies, axis=0)
+    got1 = np.repeat(syn1[None], copies, axis=0)
+    pairs = (inputs[None], outputs[None], weights[None], lrs, steps, [key])
+    rules = (accept, alias, K, 1, span, cap, threads)
+    loss = cpu_sgns.train_replicas(got0, got1, *pairs, *rules, first_step=first, copies=copies)
+    np.testing.assert_array_equal(got0, want0)
+    np.testing.assert_array_equal(got1, want1)
+    assert loss == pytest.approx(want_loss, rel=1e-12)
+    assert not np.array_equal(got0[0], got0[1])  # each copy trained its own steps
+    with pytest.raises(ValueError, match=r"copies must be an integer >= 1 that divides"):
+        cpu_sgns.train_replicas(got0[:1], got1[:1], *pairs, *rules, copies=2)
+
+
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 @pytest.mark.parametrize("share", [1, 8])
 def test_two_threads_train_every_step_once(share):
@@ -359,10 +399,12 @@ def test_embed_with_the_cpu_kernel_learns_the_blocks(parts):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_embed_with_two_kernel_threads_trains_as_one():
-    """One replica: overlapping steps on 2 threads against one thread, same pairs and
-    negatives: every round's loss within 5 % (the margin the kernel keeps to the JAX program on
-    other negatives) and the same classification quality; one thread repeats its tables bit
-    for bit. Two replicas on 2 threads train at once, one thread each: one thread's bits."""
+    """One device on 2 threads trains 2 copies of its tables, summed every 9 steps of each
+    (sum_period: 8 pairs per row on 300 nodes), against one thread on the same pairs and
+    negatives: every round's loss within 10 % (measured: up to 5.8 %, the copies' losses
+    read tables that miss the other copy's changes) and the same classification quality; one
+    thread repeats its tables bit for bit. Two replicas on 2 threads train at once, one thread
+    each: one thread's bits."""
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed.run import embed
 
@@ -374,7 +416,8 @@ def test_embed_with_two_kernel_threads_trains_as_one():
     np.testing.assert_array_equal(replicas[0].syn0, replicas[1].syn0)
     two = embed(_embed_config(1, kernel="cpu", threads=2), g)
     for a, b in zip(one.rounds, two.rounds, strict=True):
-        assert abs(a.loss - b.loss) < 0.05 * a.loss
+        assert abs(a.loss - b.loss) < 0.1 * a.loss
+        assert b.syncs > a.syncs  # the copies merged
     for res in (one, two):
         acc = ev.node_classification(res.syn0, g.labels, train_ratios=(0.5,), shuffles=1)
         assert acc[0.5]["micro"]["mean"] > 0.9

@@ -6,6 +6,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 import pytest
 from scipy import stats
@@ -532,3 +533,25 @@ def test_sum_merges_at_most_a_few_blind_updates_per_row_apart(num_parts):
     assert sum_period(1000, 30, 16, 4) == 5
     assert sum_period(1000, 10, 16, 8) == 1
     assert sum_period(7, 10, 16, 1) == 7
+
+
+def test_the_cpu_kernel_trains_one_copy_per_thread_on_one_device():
+    """One device on the CPU kernel's T > 1 threads trains T copies (negative sampling),
+    merged every T sum_period steps of the device; one thread, hierarchical softmax, several
+    devices and the JAX program train the device's tables."""
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=64)
+    degrees = np.ones(N, np.int64)
+    for threads, kernel, objective, parts, copies in (
+        (2, "cpu", "negative", 1, 2),
+        (1, "cpu", "negative", 1, 1),
+        (2, "cpu", "hierarchical", 1, 1),
+        (2, "cpu", "negative", 2, 1),
+        (2, "jax", "negative", 1, 1),
+    ):
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            continue
+        c = dataclasses.replace(cfg, threads=threads, kernel=kernel, objective=objective)
+        tr = SkipGramTrainer(N, c, make_mesh(parts, AXIS), degrees=degrees)
+        assert tr.copies == copies
+        want = 64 if copies == 1 else copies * sum_period(64, N, BATCH, copies)
+        assert tr.config.sync_every == want
