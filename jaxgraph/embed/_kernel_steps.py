@@ -14,6 +14,11 @@ possibly some of the ``T - 1`` after those. (Unordered writes lose updates: on a
 threads' read-modify-writes overlap, which on a small R-MAT trained on 4 replicas shrank the
 row norms by a third and dropped dot AUC from 0.81 to 0.47.) One thread is the sequential rule.
 
+**Copies.** With ``copies``, each thread instead trains its own copy of its replica's tables
+on a contiguous stretch of the chunk's steps (``ceil(S' / T)`` each), without waiting for the
+others, and the caller sums the copies' changes (the trainer does so on one device:
+:class:`~jaxgraph.embed.skipgram.SkipGramTrainer`). No thread reads a row another writes.
+
 **Replicas.** A call trains ``R`` replicas (their own tables, pairs and negatives) at once:
 each takes ``T // R`` of the threads (:func:`replica_threads`; at least one, and past ``T``
 replicas a thread trains several in turn), ordered as above among themselves only. Replicas

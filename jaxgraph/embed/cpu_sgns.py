@@ -17,8 +17,9 @@ step, zero-weight padding) with the negatives drawn in the kernel from the alias
 counter-based streams, one per (key, global step, group) (:mod:`~jaxgraph.embed.cpu_negatives`);
 :func:`train_replicas` trains several replicas at once. Threads share a chunk's steps as
 :mod:`jaxgraph.embed._kernel_steps` describes: gradients overlap, writes go in step order, so
-``T > 1`` threads on a replica vary its bits from run to run; one thread gives the JAX step's
-result to fp32 tolerance and repeats its bits.
+``T > 1`` threads on a replica vary its bits from run to run, or (``copies``) each trains a
+stretch of the steps on its own copy of the tables; one thread gives the JAX step's result to
+fp32 tolerance and repeats its bits.
 """
 
 from __future__ import annotations

@@ -108,9 +108,9 @@ class SkipGramConfig:
         cores unless ``numba.set_num_threads`` lowered it). On one device with negative
         sampling, ``T > 1`` threads train ``T`` copies of the tables, each a contiguous
         ``T``-th of every sync period, and the copies' changes are summed every
-        ``sync_every`` steps of each (at most :func:`sum_period`'s). Otherwise they are split
-        among the replicas, which train at once; above one on a replica, its steps overlap
-        (their writes in step order). Above one thread a run's bits vary
+        ``sync_every`` steps of each (at most :func:`sum_period`'s); a run repeats its bits.
+        Otherwise they are split among the replicas, which train at once; above one on a
+        replica, its steps overlap (their writes in step order), so a run's bits vary
         (:mod:`~jaxgraph.embed._kernel_steps`).
       pairs: where the skip-gram pairs are built: ``"host"`` (numba, then moved to the
         devices, 8 bytes per pair) or ``"device"`` (the walks move, 4 bytes per token, and each

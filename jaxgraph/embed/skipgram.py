@@ -4,7 +4,9 @@ Each device of a 1-D mesh trains on its shard of the round's walks with a full r
 tables (``f32[P, N, d]``; the update is :mod:`jaxgraph.embed.sgns`'s, the programs
 :mod:`jaxgraph.embed.programs`'). A :class:`~jaxgraph.embed.merge.TableSync` merges rows every
 ``sync_every`` steps (``merge="sum"``: at most :func:`~jaxgraph.embed.merge.sum_period`'s); a
-round ends with a full merge, so the feedback and the output read one consistent table.
+round ends with a full merge, so the feedback and the output read one consistent table. On one
+device, the CPU kernel's ``T > 1`` threads train ``T`` host copies of its tables, summed as
+``T`` replicas would be (:attr:`SkipGramTrainer.copies`).
 """
 
 from __future__ import annotations
@@ -120,8 +122,9 @@ class SkipGramTrainer:
         self.sync = sync or AllSync(config.merge)
         self.kernel = config.kernel_in_use()
         # One device on the CPU kernel's T > 1 threads: each thread trains a copy of the tables
-        # on every T-th step, and the copies' changes are summed every sync_every steps of each
-        # (a sum merge: at most sum_period's); the config this trainer runs says T times that.
+        # on a contiguous T-th of each period, and the copies' changes are summed every
+        # sync_every steps of each (a sum merge: at most sum_period's); the config this trainer
+        # runs says T times that.
         self.copies = 1
         if self.kernel == "cpu" and self.num_devices == 1 and not hierarchical:
             self.copies = config.threads or numba.get_num_threads()

@@ -404,7 +404,7 @@ def test_embed_with_two_kernel_threads_trains_as_one():
     negatives: every round's loss within 10 % (measured: up to 5.8 %, the copies' losses
     read tables that miss the other copy's changes) and the same classification quality; one
     thread repeats its tables bit for bit. Two replicas on 2 threads train at once, one thread
-    each: one thread's bits."""
+    each: one thread's bits. The copies repeat their bits."""
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed.run import embed
 
@@ -415,6 +415,10 @@ def test_embed_with_two_kernel_threads_trains_as_one():
     replicas = [embed(_embed_config(2, kernel="cpu", threads=t), g) for t in (1, 2)]
     np.testing.assert_array_equal(replicas[0].syn0, replicas[1].syn0)
     two = embed(_embed_config(1, kernel="cpu", threads=2), g)
+    # No thread reads a row another writes: the copies repeat their bits too.
+    np.testing.assert_array_equal(
+        two.syn0, embed(_embed_config(1, kernel="cpu", threads=2), g).syn0
+    )
     for a, b in zip(one.rounds, two.rounds, strict=True):
         assert abs(a.loss - b.loss) < 0.1 * a.loss
         assert b.syncs > a.syncs  # the copies merged
