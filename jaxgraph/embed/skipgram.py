@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import time
 import warnings
 
@@ -57,6 +58,38 @@ from jaxgraph.mesh import place
 # Sum merges this many steps apart (or more) swing from round to round on a hub-heavy graph
 # (merge_rows); the trainer warns at them.
 SUM_SWING_STEPS = 512
+
+
+def free_memory() -> int:
+    """Bytes of host memory available to a new allocation (Linux ``MemAvailable``; elsewhere
+    the free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
+    """The copies of one device's tables its ``threads`` train: one each, while the copies and
+    their anchor (``threads + 1`` times both tables) take at most half the host's free memory;
+    fewer (at least 1: the threads then share the tables) with a warning past that."""
+    if threads <= 1:
+        return 1
+    tables = 2 * num_nodes * dim * 4
+    free = free_memory()
+    fit = max(1, free // (2 * tables) - 1)
+    if fit < threads:
+        warnings.warn(
+            f"{threads} threads would train {threads} copies of the tables ({tables / 2**30:.1f}"
+            f" GiB each, and their anchor) in {free / 2**30:.1f} GiB of free memory: training "
+            + (f"{fit} copies" if fit > 1 else "one copy (the threads share the tables)"),
+            stacklevel=3,
+        )
+    return int(min(threads, fit))
 
 
 @dataclasses.dataclass
@@ -127,7 +160,9 @@ class SkipGramTrainer:
         # runs says T times that.
         self.copies = 1
         if self.kernel == "cpu" and self.num_devices == 1 and not hierarchical:
-            self.copies = config.threads or numba.get_num_threads()
+            self.copies = _copies_that_fit(
+                config.threads or numba.get_num_threads(), num_nodes, config.dim
+            )
         if self.copies > 1:
             period = sum_period(config.sync_every, num_nodes, config.batch_size, self.copies)
             config = dataclasses.replace(config, sync_every=self.copies * period)

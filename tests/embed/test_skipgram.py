@@ -555,3 +555,25 @@ def test_the_cpu_kernel_trains_one_copy_per_thread_on_one_device():
         assert tr.copies == copies
         want = 64 if copies == 1 else copies * sum_period(64, N, BATCH, copies)
         assert tr.config.sync_every == want
+
+
+def test_copies_that_do_not_fit_in_memory_fall_back_with_a_warning(monkeypatch):
+    """Copies and their anchor take at most half the free memory: with room for 2 tables' worth
+    (one copy and its anchor), 2 threads share the device's tables, and the trainer says so."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 numba threads")
+    from jaxgraph.embed import skipgram
+
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, threads=2)
+    tables = 2 * N * DIM * 4
+    monkeypatch.setattr(skipgram, "free_memory", lambda: 4 * tables)
+    with pytest.warns(
+        UserWarning,
+        match=r"2 threads would train 2 copies .* training one copy \(the threads share",
+    ):
+        assert SkipGramTrainer(N, cfg, make_mesh(1, AXIS)).copies == 1
+    monkeypatch.setattr(skipgram, "free_memory", lambda: 6 * tables)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert SkipGramTrainer(N, cfg, make_mesh(1, AXIS)).copies == 2
+    assert skipgram.free_memory() > 0
