@@ -93,17 +93,6 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def _fmt_bytes(b) -> str:
     if b is None or (isinstance(b, float) and math.isnan(b)):
         return "-"
@@ -875,8 +864,10 @@ def main(argv=None) -> int:
                         if "error" in prep or str(p) not in prep.get("plans", {}):
                             row["error"] = "no shards (prep failed)"
                         else:
+                            from jaxgraph.mesh import free_memory
+
                             plan = prep["plans"][str(p)]
-                            need, avail = _estimate_train_bytes(plan, p, args.agg), _mem_available()
+                            need, avail = _estimate_train_bytes(plan, p, args.agg), free_memory()
                             if avail and need > avail:
                                 row["error"] = (
                                     f"skipped: needs ~{_fmt_bytes(need)} (estimate), "

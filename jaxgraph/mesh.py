@@ -15,6 +15,7 @@ and on one device, it is the program itself.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import jax
@@ -28,6 +29,19 @@ EMULATION_HINT = (
     "XLA_FLAGS=--xla_force_host_platform_device_count=8 in the environment before jax is "
     "imported (or call jax.config.update('jax_num_cpu_devices', 8) right after importing jax)"
 )
+
+
+def free_memory() -> int:
+    """Bytes of host memory available to a new allocation (Linux ``MemAvailable``; elsewhere
+    the free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def make_mesh(

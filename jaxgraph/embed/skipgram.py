@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import time
 import warnings
 
@@ -53,24 +52,11 @@ from jaxgraph.embed.programs import (
 )
 from jaxgraph.embed.sgns import NegativeTable, SkipGramConfig, Tables, init_tables, round_walk_order
 from jaxgraph.embed.walks import Walks
-from jaxgraph.mesh import place
+from jaxgraph.mesh import free_memory, place
 
 # Sum merges this many steps apart (or more) swing from round to round on a hub-heavy graph
 # (merge_rows); the trainer warns at them.
 SUM_SWING_STEPS = 512
-
-
-def free_memory() -> int:
-    """Bytes of host memory available to a new allocation (Linux ``MemAvailable``; elsewhere
-    the free pages)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
