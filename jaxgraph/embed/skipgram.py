@@ -58,6 +58,12 @@ from jaxgraph.mesh import free_memory, place
 # (merge_rows); the trainer warns at them.
 SUM_SWING_STEPS = 512
 
+# The most threads of one device that train copies of its tables (more share one table). C
+# copies merge their C + 1 tables every C S steps, and from 3 copies on S <= 64 / (C - 1)
+# (sum_period): on ca-AstroPh a merge moves about 0.9 KB per pair trained at C = 2 and 2.2 KB
+# at C = 4 (a pair's rows move 7 KB), growing with C; measured at C = 2 only.
+MAX_COPIES = 4
+
 
 def _copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
     """The copies of one device's tables its ``threads`` train: one each, while the copies and
@@ -140,15 +146,15 @@ class SkipGramTrainer:
         self.seed = seed
         self.sync = sync or AllSync(config.merge)
         self.kernel = config.kernel_in_use()
-        # One device on the CPU kernel's T > 1 threads: each thread trains a copy of the tables
-        # on a contiguous T-th of each period, and the copies' changes are summed every
-        # sync_every steps of each (a sum merge: at most sum_period's); the config this trainer
-        # runs says T times that.
+        # One device on the CPU kernel's 1 < T <= MAX_COPIES threads: each thread trains a copy
+        # of the tables on a contiguous T-th of each period, and the copies' changes are summed
+        # every sync_every steps of each (a sum merge: at most sum_period's); the config this
+        # trainer runs says T times that.
         self.copies = 1
+        threads = config.threads or numba.get_num_threads()
         if self.kernel == "cpu" and self.num_devices == 1 and not hierarchical:
-            self.copies = _copies_that_fit(
-                config.threads or numba.get_num_threads(), num_nodes, config.dim
-            )
+            if threads <= MAX_COPIES:
+                self.copies = _copies_that_fit(threads, num_nodes, config.dim)
         if self.copies > 1:
             period = sum_period(config.sync_every, num_nodes, config.batch_size, self.copies)
             config = dataclasses.replace(config, sync_every=self.copies * period)

@@ -30,7 +30,7 @@ from jaxgraph.embed.sgns import (
     sgns_update,
     sgns_update_reference,
 )
-from jaxgraph.embed.skipgram import SUM_SWING_STEPS, SkipGramTrainer
+from jaxgraph.embed.skipgram import MAX_COPIES, SUM_SWING_STEPS, SkipGramTrainer
 from jaxgraph.embed.walks import WalkConfig, random_walks
 from jaxgraph.mesh import make_mesh
 
@@ -555,6 +555,18 @@ def test_the_cpu_kernel_trains_one_copy_per_thread_on_one_device():
         assert tr.copies == copies
         want = 64 if copies == 1 else copies * sum_period(64, N, BATCH, copies)
         assert tr.config.sync_every == want
+
+
+@pytest.mark.parametrize("threads, copies", [(3, 3), (MAX_COPIES, MAX_COPIES), (MAX_COPIES + 1, 1)])
+def test_copies_up_to_max_copies_threads(monkeypatch, threads, copies):
+    """Up to MAX_COPIES threads (numba's count) train a copy each, every 64 / (T - 1) steps of
+    each; more threads share the device's tables (their merges would outgrow training)."""
+    monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, kernel="cpu")
+    tr = SkipGramTrainer(5000, cfg, make_mesh(1, AXIS))
+    assert tr.copies == copies
+    per_copy = SUM_BLIND_STEPS // (threads - 1)
+    assert tr.config.sync_every == (64 if copies == 1 else copies * per_copy)
 
 
 def test_copies_that_do_not_fit_in_memory_fall_back_with_a_warning(monkeypatch):
