@@ -7,6 +7,7 @@ table to the devices and back at each periodic merge), and copied back at the ro
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -17,8 +18,35 @@ from jaxgraph.embed._kernel_args import page_aligned
 from jaxgraph.embed.hsoftmax import HuffmanTree
 from jaxgraph.embed.programs import local_replica
 from jaxgraph.embed.sgns import Merge, NegativeTable, SkipGramConfig, Tables, check_merge
+from jaxgraph.mesh import free_memory
 
 _RULES = {"mean": 0, "sum": 1, "touched": 2}
+
+
+# The most threads of one device that train copies of its tables (more share one table). C
+# copies merge their C + 1 tables every C S steps, and from 3 copies on S <= 64 / (C - 1)
+# (sum_period): on ca-AstroPh a merge moves about 0.9 KB per pair trained at C = 2 and 2.2 KB
+# at C = 4 (a pair's rows move 7 KB), growing with C; measured at C = 2 only.
+MAX_COPIES = 4
+
+
+def copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
+    """The copies of one device's tables its ``threads`` train: one each, while the copies and
+    their anchor (``threads + 1`` times both tables) take at most half the host's free memory;
+    fewer (at least 1: the threads then share the tables) with a warning past that."""
+    if threads <= 1:
+        return 1
+    tables = 2 * num_nodes * dim * 4
+    free = free_memory()
+    fit = max(1, free // (2 * tables) - 1)
+    if fit < threads:
+        warnings.warn(
+            f"{threads} threads would train {threads} copies of the tables ({tables / 2**30:.1f}"
+            f" GiB each, and their anchor) in {free / 2**30:.1f} GiB of free memory: training "
+            + (f"{fit} copies" if fit > 1 else "one copy (the threads share the tables)"),
+            stacklevel=3,
+        )
+    return int(min(threads, fit))
 
 
 # Rows a thread merges with one scratch row.

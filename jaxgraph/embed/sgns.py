@@ -85,8 +85,8 @@ class SkipGramConfig:
         walks: batches are interleaved), and every pair of a group takes the group's ``K``
         negatives. ``1`` (default): every pair draws its own (word2vec); see :func:`sgns_update`.
       sync_every: steps between two table syncs (a round always ends with a full merge);
-        ``merge="sum"`` on ``P`` replicas syncs at most every ``8 N / (B (P - 1))`` steps,
-        which keeps a small graph from diverging (see :func:`sum_period`).
+        ``merge="sum"`` on ``P`` replicas syncs at least every ``min(8 N / B, 64) / (P - 1)``
+        steps (``8 N / B`` alone on 2), which keeps it from diverging (see :func:`sum_period`).
       interleave: ``I``, steps whose batches interleave: the pairs of ``I`` consecutive steps
         are dealt round-robin into them, so a batch draws its pairs from a stretch of about
         ``I B`` consecutive pairs of the walks (module docstring: with the row cap, a narrow

@@ -33,7 +33,7 @@ from jaxgraph.embed.corpus import (
     skipgram_pairs,
     tally_pairs,
 )
-from jaxgraph.embed.cpu_replicas import HostReplicas
+from jaxgraph.embed.cpu_replicas import MAX_COPIES, HostReplicas, copies_that_fit
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
 from jaxgraph.embed.hsoftmax import HuffmanTree, huffman_tree
 from jaxgraph.embed.merge import (
@@ -52,36 +52,11 @@ from jaxgraph.embed.programs import (
 )
 from jaxgraph.embed.sgns import NegativeTable, SkipGramConfig, Tables, init_tables, round_walk_order
 from jaxgraph.embed.walks import Walks
-from jaxgraph.mesh import free_memory, place
+from jaxgraph.mesh import place
 
 # Sum merges this many steps apart (or more) swing from round to round on a hub-heavy graph
 # (merge_rows); the trainer warns at them.
 SUM_SWING_STEPS = 512
-
-# The most threads of one device that train copies of its tables (more share one table). C
-# copies merge their C + 1 tables every C S steps, and from 3 copies on S <= 64 / (C - 1)
-# (sum_period): on ca-AstroPh a merge moves about 0.9 KB per pair trained at C = 2 and 2.2 KB
-# at C = 4 (a pair's rows move 7 KB), growing with C; measured at C = 2 only.
-MAX_COPIES = 4
-
-
-def _copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
-    """The copies of one device's tables its ``threads`` train: one each, while the copies and
-    their anchor (``threads + 1`` times both tables) take at most half the host's free memory;
-    fewer (at least 1: the threads then share the tables) with a warning past that."""
-    if threads <= 1:
-        return 1
-    tables = 2 * num_nodes * dim * 4
-    free = free_memory()
-    fit = max(1, free // (2 * tables) - 1)
-    if fit < threads:
-        warnings.warn(
-            f"{threads} threads would train {threads} copies of the tables ({tables / 2**30:.1f}"
-            f" GiB each, and their anchor) in {free / 2**30:.1f} GiB of free memory: training "
-            + (f"{fit} copies" if fit > 1 else "one copy (the threads share the tables)"),
-            stacklevel=3,
-        )
-    return int(min(threads, fit))
 
 
 @dataclasses.dataclass
@@ -154,7 +129,7 @@ class SkipGramTrainer:
         threads = config.threads or numba.get_num_threads()
         if self.kernel == "cpu" and self.num_devices == 1 and not hierarchical:
             if threads <= MAX_COPIES:
-                self.copies = _copies_that_fit(threads, num_nodes, config.dim)
+                self.copies = copies_that_fit(threads, num_nodes, config.dim)
         if self.copies > 1:
             period = sum_period(config.sync_every, num_nodes, config.batch_size, self.copies)
             config = dataclasses.replace(config, sync_every=self.copies * period)
@@ -360,15 +335,12 @@ class SkipGramTrainer:
         was needed)."""
         sync_index = self.periodic_syncs
         self.periodic_syncs += 1
-        if self.copies > 1:
-            return self._merge_copies()
+        if self.copies > 1:  # one device's copies, summed whatever the sync
+            return self._merge_host()
         if self._skip_untouched and self.num_devices == 1:
             return 0  # merging one replica is the identity
         if self._skip_untouched and self._host is not None:  # the CPU kernel's tables
-            rows = np.flatnonzero(self._inputs_since_merge) if self._tracks_inputs else None
-            self._inputs_since_merge[:] = False
-            self._host.merge(self.sync.merge, rows)
-            return self.num_nodes + (self.num_nodes if rows is None else rows.size)
+            return self._merge_host()
         self._push()
         if self._skip_untouched:
             index = self._input_rows()
@@ -425,15 +397,16 @@ class SkipGramTrainer:
         table = alias_table(negative_weights(counts))
         return NegativeTable(*(table if self.kernel == "cpu" else place_all(table, self._rep)))
 
-    def _merge_copies(self) -> int:
-        """Sums the changes of the threads' copies (``syn0`` at the rows trained since the last
-        merge); returns the rows merged (of both tables), 0 when no copies are held."""
+    def _merge_host(self) -> int:
+        """Merges the host copies (``syn0`` at the rows trained since the last merge where the
+        host tracks them; one device's copies by ``"sum"``); returns the rows merged (of both
+        tables), 0 when no copies are held."""
         if self._host is None:
             return 0
-        rows = np.flatnonzero(self._inputs_since_merge)
+        rows = np.flatnonzero(self._inputs_since_merge) if self._tracks_inputs else None
         self._inputs_since_merge[:] = False
-        self._host.merge("sum", rows)
-        return self.num_nodes + rows.size
+        self._host.merge(self.sync.merge, rows)
+        return self.num_nodes + (self.num_nodes if rows is None else rows.size)
 
     def _pull(self) -> None:
         """Host copies of the replicas for the CPU kernel, kept until :meth:`_push`."""
@@ -444,7 +417,7 @@ class SkipGramTrainer:
         """The host copies back to the devices (merged), where the other merges run."""
         if self._host is not None:
             if self.copies > 1:
-                self._merge_copies()
+                self._merge_host()
             self.tables, anchor = self._host.push(self._on_devices)
             self.anchor = self.anchor if anchor is None else anchor
             self._host = None

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from jaxgraph.embed.corpus import alias_table, negative_weights
+from jaxgraph.embed.cpu_replicas import MAX_COPIES
 from jaxgraph.embed.merge import (
     SUM_BLIND_STEPS,
     SUM_ROW_UPDATES,
@@ -30,7 +31,7 @@ from jaxgraph.embed.sgns import (
     sgns_update,
     sgns_update_reference,
 )
-from jaxgraph.embed.skipgram import MAX_COPIES, SUM_SWING_STEPS, SkipGramTrainer
+from jaxgraph.embed.skipgram import SUM_SWING_STEPS, SkipGramTrainer
 from jaxgraph.embed.walks import WalkConfig, random_walks
 from jaxgraph.mesh import make_mesh
 
@@ -574,18 +575,19 @@ def test_copies_that_do_not_fit_in_memory_fall_back_with_a_warning(monkeypatch):
     (one copy and its anchor), 2 threads share the device's tables, and the trainer says so."""
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("needs 2 numba threads")
-    from jaxgraph.embed import skipgram
+    from jaxgraph import mesh
+    from jaxgraph.embed import cpu_replicas
 
     cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, threads=2)
     tables = 2 * N * DIM * 4
-    monkeypatch.setattr(skipgram, "free_memory", lambda: 4 * tables)
+    monkeypatch.setattr(cpu_replicas, "free_memory", lambda: 4 * tables)
     with pytest.warns(
         UserWarning,
         match=r"2 threads would train 2 copies .* training one copy \(the threads share",
     ):
         assert SkipGramTrainer(N, cfg, make_mesh(1, AXIS)).copies == 1
-    monkeypatch.setattr(skipgram, "free_memory", lambda: 6 * tables)
+    monkeypatch.setattr(cpu_replicas, "free_memory", lambda: 6 * tables)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert SkipGramTrainer(N, cfg, make_mesh(1, AXIS)).copies == 2
-    assert skipgram.free_memory() > 0
+    assert mesh.free_memory() > 0
