@@ -2,7 +2,7 @@
 
 Every walk (or node) gets its own SplitMix64 stream, seeded by hashing a 64-bit round key with
 the walk's id. A kernel therefore draws the same numbers for a walk whichever thread runs it and
-whatever the thread count, so host sampling is reproducible under ``numba.prange``.
+whatever the thread count, so host sampling is reproducible on any number of threads.
 
 Numba promotes ``uint64 op int64`` to ``float64``, so every integer that meets a stream value is
 cast to ``np.uint64`` first.

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed._kernel_steps import run_workers
 from jaxgraph.embed.walks import Walks
 
 CountSource = Literal["corpus", "degree"]
@@ -129,9 +131,8 @@ def skipgram_pairs(
     np.cumsum(per_walk, out=offsets[1:])
     inputs = np.empty(offsets[-1], np.int32)
     outputs = np.empty(offsets[-1], np.int32)
-    _pairs_kernel(
-        walks.nodes, walks.lengths, walk_ids, kp, window, key, False, offsets, inputs, outputs
-    )
+    args = (walks.nodes, walks.lengths, walk_ids, kp, window, key, False, offsets, inputs, outputs)
+    run_workers(_pairs_kernel, walks.num_walks, numba.get_num_threads(), *args)
     return inputs, outputs
 
 
@@ -149,19 +150,21 @@ def pairs_per_walk(
     if walks.num_walks:
         kp = np.asarray(keep_prob, np.float64)
         empty = np.zeros(0, np.int32)
-        _pairs_kernel(
-            walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty, empty
-        )
+        args = (walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty)
+        run_workers(_pairs_kernel, walks.num_walks, numba.get_num_threads(), *args, empty)
     return per_walk
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def _pairs_kernel(
-    nodes, lengths, walk_ids, keep_prob, window, key, count_only, offsets, inputs, outputs
-):
+    first, stride, nodes, lengths, walk_ids, keep_prob, window, key, count_only, offsets, inputs,
+    outputs,
+):  # fmt: skip
     """Counts pairs per walk into ``offsets[i]`` (``count_only``), or writes walk ``i``'s pairs
-    from ``offsets[i]`` on. Both passes replay the same stream, so they agree."""
-    for i in prange(nodes.shape[0]):
+    from ``offsets[i]`` on, for walks ``first, first + stride, ..`` (a worker of
+    :func:`~jaxgraph.embed._kernel_steps.run_workers`). Both passes replay the same stream, so
+    they agree."""
+    for i in range(first, nodes.shape[0], stride):
         state = hr.stream(key, walk_ids[i])
         length = lengths[i]
         kept = np.empty(length, np.int32)

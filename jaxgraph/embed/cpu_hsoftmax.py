@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed._kernel_args import (
     check_cap,
@@ -31,6 +31,7 @@ from jaxgraph.embed._kernel_steps import (
     mark_written,
     num_threads,
     replica_threads,
+    run_workers,
 )
 from jaxgraph.embed.cpu_sgns import _FAST, _scale
 
@@ -108,21 +109,19 @@ def _write(syn0, syn1, ins, outs, points, labels, cap, grad, coef, counts):
                 counts[n_rows + points[t, h]] = 0
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def _chunk(
-    syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, points, labels, cap,
-    per_replica, grad, coef, counts, ins, outs, w,
+    first_worker, stride_workers, syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span,
+    points, labels, cap, per_replica, written, grad, coef, counts, ins, outs, w,
 ):  # fmt: skip
-    """The steps of :func:`train_replicas`, worker ``u`` being thread ``u % T`` of replica ``u //
-    T`` (``T = per_replica``; :func:`jaxgraph.embed.cpu_sgns._chunk`'s split); the buffers from
-    ``grad`` on have a leading worker axis. Returns the summed loss."""
-    workers = ins.shape[0]
-    losses = np.zeros(workers)
-    written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
-    for u in prange(workers):
+    """Workers ``first_worker, first_worker + stride_workers, ..`` of :func:`train_replicas`,
+    worker ``u`` being thread ``u % T`` of replica ``u // T`` (``T = per_replica``;
+    :func:`jaxgraph.embed.cpu_sgns._chunk`'s split); the buffers from ``grad`` on have a
+    leading worker axis. Returns the workers' summed loss."""
+    total = 0.0
+    for u in range(first_worker, ins.shape[0], stride_workers):
         r, t = u // per_replica, u % per_replica
         x0, x1, done = syn0[r], syn1[r], written[r]
-        total = 0.0
         for s in range(t, num_steps, per_replica):
             gather_step(
                 flat_in[r], flat_out[r], flat_w[r], s, span, num_steps, ins[u], outs[u], w[u]
@@ -134,8 +133,7 @@ def _chunk(
             await_written(done, s)
             _write(x0, x1, ins[u], outs[u], points, labels, cap, grad[u], coef[u], counts[u])
             mark_written(done, s)
-        losses[u] = total
-    return losses.sum()
+    return total
 
 
 def _check_tree(points, labels, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -202,7 +200,7 @@ def train_chunk(
       num_steps: ``S' <= S`` steps to train.
       span: steps whose batches interleave (None: all ``S'``).
       row_cap: as :func:`step_update`.
-      threads: numba threads (None: numba's current count); above one, steps overlap
+      threads: kernel threads (None: numba's thread count); above one, steps overlap
         (:mod:`~jaxgraph.embed._kernel_steps`).
 
     Returns:
@@ -250,4 +248,6 @@ def train_replicas(
             np.empty((u, b), np.float32),
         )
         tree = (points, labels)
-        return _chunk(syn0, syn1, *flat, lrs, num_steps, span, *tree, cap, per, *bufs)
+        written = np.zeros((r, 16), np.int64)  # 128 bytes apart: a line each
+        args = (syn0, syn1, *flat, lrs, num_steps, span, *tree, cap, per, written, *bufs)
+        return sum(run_workers(_chunk, u, parts, *args))

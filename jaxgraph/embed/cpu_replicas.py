@@ -10,11 +10,13 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed import cpu_hsoftmax, cpu_sgns
 from jaxgraph.embed._kernel_args import page_aligned
+from jaxgraph.embed._kernel_steps import run_workers
 from jaxgraph.embed.hsoftmax import HuffmanTree
 from jaxgraph.embed.programs import local_replica
 from jaxgraph.embed.sgns import Merge, NegativeTable, SkipGramConfig, Tables, check_merge
@@ -53,13 +55,15 @@ def copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
 _ROWS = 256
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _merge(tables, anchor, rows, rule):
+@njit(nogil=True, cache=True)
+def _merge(first, stride, tables, anchor, rows, rule):
     """Rows ``rows`` (distinct) of ``tables: f32[P, N, d]`` merged by ``rule`` (0 mean, 1 sum,
-    2 touched) into every replica and, for sum and touched, into ``anchor: f32[N, d]``; every
-    loop runs along a row, so it vectorises."""
+    2 touched) into every replica and, for sum and touched, into ``anchor: f32[N, d]``: blocks
+    ``first, first + stride, ..`` of ``_ROWS`` rows (a worker of
+    :func:`~jaxgraph.embed._kernel_steps.run_workers`); every loop runs along a row, so it
+    vectorises."""
     p, _, d = tables.shape
-    for c in prange((rows.shape[0] + _ROWS - 1) // _ROWS):
+    for c in range(first, (rows.shape[0] + _ROWS - 1) // _ROWS, stride):
         value = np.empty(d, np.float32)
         for j in range(c * _ROWS, min((c + 1) * _ROWS, rows.shape[0])):
             i = rows[j]
@@ -114,7 +118,8 @@ def merge_replicas(
     rows0 = every if input_rows is None else np.asarray(input_rows, np.int64)
     for table, at, rows in zip(tables, anchor or (None, None), (rows0, every), strict=True):
         at = np.empty((1, 1), np.float32) if at is None else at
-        _merge(table, at, rows, _RULES[merge])
+        blocks = (rows.shape[0] + _ROWS - 1) // _ROWS
+        run_workers(_merge, blocks, numba.get_num_threads(), table, at, rows, _RULES[merge])
 
 
 def _page_copy(table) -> np.ndarray:

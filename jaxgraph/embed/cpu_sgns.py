@@ -31,7 +31,7 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed._intrinsics import axpy_rows, prefetch_row
 from jaxgraph.embed._kernel_args import (
@@ -50,6 +50,7 @@ from jaxgraph.embed._kernel_steps import (
     mark_written,
     num_threads,
     replica_threads,
+    run_workers,
 )
 from jaxgraph.embed.cpu_negatives import draw_step
 
@@ -287,30 +288,28 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
                 counts[n_rows + negs[n, k]] = 0
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def _chunk(
-    syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span, keys,
-    first_step, accept, alias, cap, per_replica, copies, grad, pos, neg, shared, hit,
-    counts, ins, outs, w, negs,
+    first_worker, stride_workers, syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span,
+    keys, first_step, accept, alias, cap, per_replica, copies, written, grad, pos, neg, shared,
+    hit, counts, ins, outs, w, negs,
 ):  # fmt: skip
-    """The steps of :func:`train_replicas`: worker ``u`` (of ``R T``) is thread ``t = u % T``
-    of replica ``r = u // T`` (``T = per_replica``) and trains its steps ``t, t + T, ..``,
-    writing each once the replica's step before it is written
-    (:mod:`~jaxgraph.embed._kernel_steps`); with ``copies``, it trains the ``t``-th of ``T``
+    """Workers ``first_worker, first_worker + stride_workers, ..`` of :func:`train_replicas`
+    (:func:`~jaxgraph.embed._kernel_steps.run_workers`): worker ``u`` (of ``R T``) is thread
+    ``t = u % T`` of replica ``r = u // T`` (``T = per_replica``) and trains its steps ``t, t +
+    T, ..``, writing each once the replica's step before it is written (``written[r]``,
+    :mod:`~jaxgraph.embed._kernel_steps`); with ``copies``, it trains the ``t``-th of ``T``
     contiguous stretches of the steps on its own copy ``u`` of the tables, without waiting.
-    Returns the summed loss."""
-    workers = ins.shape[0]
-    losses = np.zeros(workers)
-    written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
+    Returns the workers' summed loss."""
     stretch = (num_steps + per_replica - 1) // per_replica
-    for u in prange(workers):
+    total = 0.0
+    for u in range(first_worker, ins.shape[0], stride_workers):
         r, t = u // per_replica, u % per_replica
         c, first, last, stride = r, t, num_steps, per_replica
         if copies:
             c, first, last = r * per_replica + t, t * stretch, min(num_steps, (t + 1) * stretch)
             stride = 1
         x0, x1, key, done = syn0[c], syn1[c], keys[r], written[c]
-        total = 0.0
         for s in range(first, last, stride):
             gather_step(
                 flat_in[r], flat_out[r], flat_w[r], s, span, num_steps, ins[u], outs[u], w[u]
@@ -327,8 +326,7 @@ def _chunk(
             )
             if not copies:
                 mark_written(done, s)
-        losses[u] = total
-    return losses.sum()
+    return total
 
 
 def step_update(
@@ -417,7 +415,7 @@ def train_chunk(
       share: ``G``, pairs per draw of negatives (dividing ``B``).
       span: ``I``, steps whose batches interleave (None: all ``S'``).
       row_cap: as :func:`step_update`.
-      threads: numba threads for the call (None: numba's current count); above one, steps
+      threads: kernel threads for the call (None: numba's thread count); above one, steps
         overlap (:mod:`~jaxgraph.embed._kernel_steps`).
       first_step: the global index of step 0 (keys the negatives).
 
@@ -493,7 +491,7 @@ def train_replicas(
     with num_threads(threads) as parts:
         per = copies if copies > 1 else replica_threads(parts, r)
         ws = _Workspace.create(r * per, n, d, b, groups, int(negatives))
-        return _chunk(
-            syn0, syn1, *flat, lrs, num_steps, span, keys, np.int64(first_step), *table, cap,
-            per, copies > 1, *ws,
-        )  # fmt: skip
+        written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
+        args = (syn0, syn1, *flat, lrs, num_steps, span, keys, np.int64(first_step), *table)
+        args += (cap, per, copies > 1, written, *ws)
+        return sum(run_workers(_chunk, r * per, parts, *args))

@@ -21,10 +21,12 @@ import math
 import time
 from typing import Literal, NamedTuple
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed._kernel_steps import run_workers
 from jaxgraph.graph import Graph
 from jaxgraph.options import flag
 
@@ -136,7 +138,8 @@ def random_walks(
     # node2vec at p = q = 1 weighs every neighbour alike: DeepWalk's walk, at a third of the cost.
     second_order = config.kind == "node2vec" and not config.p == config.q == 1
     inv_p, inv_q = 1.0 / config.p, 1.0 / config.q
-    _walk_kernel(indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths)
+    args = (indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths)
+    run_workers(_walk_kernel, nodes.shape[0], numba.get_num_threads(), *args)
     return Walks(nodes, lengths)
 
 
@@ -178,13 +181,17 @@ def _has_edge(indptr, indices, u, x):
     return lo < indptr[u + 1] and indices[lo] == x
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _walk_kernel(indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths):
-    """Fills ``nodes`` and ``lengths``; ``second_order=False`` is DeepWalk's uniform walk."""
+@njit(nogil=True, cache=True)
+def _walk_kernel(
+    first, stride, indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths
+):
+    """Fills rows ``first, first + stride, ..`` of ``nodes`` and ``lengths`` (a worker of
+    :func:`~jaxgraph.embed._kernel_steps.run_workers`); ``second_order=False`` is DeepWalk's
+    uniform walk."""
     num_starts = starts.shape[0]
     length = nodes.shape[1]
     w_max = max(inv_p, 1.0, inv_q)
-    for i in prange(nodes.shape[0]):
+    for i in range(first, nodes.shape[0], stride):
         state = hr.stream(key, i)
         v = starts[i % num_starts]
         prev = -1
