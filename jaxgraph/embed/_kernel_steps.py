@@ -100,12 +100,12 @@ def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxgraph-kernel")
 
 
-def run_workers(worker, workers: int, threads: int, *args) -> list:
-    """``worker(u, threads, *args)`` (a ``nogil`` kernel that runs workers ``u, u + threads,
-    ..`` below ``workers``) on ``min(threads, workers)`` threads, the caller's among them;
-    returns what each call returned. Workers that wait on each other must number at most
-    ``threads``: each then has its own thread, all at once."""
-    threads = max(1, min(threads, workers))
+def run_workers(worker, workers: int, *args, threads: int | None = None) -> list:
+    """``worker(u, T, *args)`` (a ``nogil`` kernel that runs workers ``u, u + T, ..`` below
+    ``workers``) on ``T = min(threads, workers)`` threads (None: numba's thread count), the
+    caller's among them; returns what each call returned. Workers that wait on each other must
+    number at most ``threads``: each then has its own thread, all at once."""
+    threads = max(1, min(numba.get_num_threads() if threads is None else threads, workers))
     if threads == 1:
         return [worker(0, 1, *args)]
     futures = [_pool(threads - 1).submit(worker, u, threads, *args) for u in range(1, threads)]

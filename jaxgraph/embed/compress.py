@@ -32,8 +32,9 @@ from typing import Literal
 
 import jax
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from jaxgraph.embed._kernel_steps import run_workers
 from jaxgraph.embed.sizes import padded_size
 from jaxgraph.embed.walks import PAD, Walks
 
@@ -165,7 +166,8 @@ def frequency_profile(walks: Walks, scope: Scope = "walk") -> np.ndarray:
     for lo in range(0, nodes.shape[0], _PROFILE_CHUNK):  # bounds the [chunk, L] buffer
         part = slice(lo, lo + _PROFILE_CHUNK)
         ranked = np.zeros(nodes[part].shape, np.int64)
-        _ranks_kernel(nodes[part], lengths[part], np.zeros((0, 0), np.int32), ranked)
+        no_ids = np.zeros((0, 0), np.int32)
+        run_workers(_ranks_kernel, ranked.shape[0], nodes[part], lengths[part], no_ids, ranked)
         summed += ranked.sum(axis=0)
     return summed / total
 
@@ -235,7 +237,9 @@ def encode(
             raise ValueError("hot_ids applies to scope='corpus' only")
         ids = np.full((w, k), PAD, np.int32)
         if k:
-            _ranks_kernel(nodes, lengths, ids, np.zeros((0, 0), np.int64))
+            run_workers(
+                _ranks_kernel, nodes.shape[0], nodes, lengths, ids, np.zeros((0, 0), np.int64)
+            )
     else:
         chosen = corpus_hot_ids(walks, k) if hot_ids is None else np.asarray(hot_ids)
         if chosen.ndim != 1 or chosen.size > k or (chosen < 0).any():
@@ -248,11 +252,15 @@ def encode(
     per_walk = np.zeros(w, np.int64)
     bitmaps = np.zeros((w, k, bitmap_bytes(length)), np.uint8)
     empty = np.zeros(0, np.int32)
-    _encode_kernel(nodes, lengths, walk_ids, True, per_walk, bitmaps, empty)
+    run_workers(
+        _encode_kernel, nodes.shape[0], nodes, lengths, walk_ids, True, per_walk, bitmaps, empty
+    )
     offsets = np.zeros(w + 1, np.int64)
     np.cumsum(per_walk, out=offsets[1:])
     residual = np.empty(offsets[-1], np.int32)
-    _encode_kernel(nodes, lengths, walk_ids, False, offsets, bitmaps, residual)
+    run_workers(
+        _encode_kernel, nodes.shape[0], nodes, lengths, walk_ids, False, offsets, bitmaps, residual
+    )
     return CompressedWalks(ids, bitmaps, residual, lengths.copy(), int(length))
 
 
@@ -361,11 +369,13 @@ def _sorted_runs(row, n):
     return ids[:r][order], cnt[:r][order]
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _ranks_kernel(nodes, lengths, top_ids, top_counts):
-    """Per walk, the ids and the counts of its :func:`_sorted_runs`, as many as ``top_ids``
-    and ``top_counts`` have columns (either may have none)."""
-    for i in prange(nodes.shape[0]):
+@njit(nogil=True, cache=True)
+def _ranks_kernel(first, stride, nodes, lengths, top_ids, top_counts):
+    """Per walk ``first, first + stride, ..`` (a worker of
+    :func:`~jaxgraph.embed._kernel_steps.run_workers`), the ids and the counts of its
+    :func:`_sorted_runs`, as many as ``top_ids`` and ``top_counts`` have columns (either may
+    have none)."""
+    for i in range(first, nodes.shape[0], stride):
         n = lengths[i]
         if n == 0:
             continue
@@ -376,12 +386,14 @@ def _ranks_kernel(nodes, lengths, top_ids, top_counts):
             top_counts[i, s] = cnt[s]
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _encode_kernel(nodes, lengths, hot_ids, count_only, offsets, bitmaps, residual):
+@njit(nogil=True, cache=True)
+def _encode_kernel(first, stride, nodes, lengths, hot_ids, count_only, offsets, bitmaps, residual):
     """Counts residual tokens per walk into ``offsets[i]`` (``count_only``), or sets the bitmaps
-    and writes walk ``i``'s residual from ``offsets[i]`` on. ``hot_ids: int32[W, k]``."""
+    and writes walk ``i``'s residual from ``offsets[i]`` on, for walks ``first, first + stride,
+    ..`` (a worker of :func:`~jaxgraph.embed._kernel_steps.run_workers`). ``hot_ids:
+    int32[W, k]``."""
     k = hot_ids.shape[1]
-    for i in prange(nodes.shape[0]):
+    for i in range(first, nodes.shape[0], stride):
         pos = 0 if count_only else offsets[i]
         for j in range(lengths[i]):
             v = nodes[i, j]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -132,7 +131,7 @@ def skipgram_pairs(
     inputs = np.empty(offsets[-1], np.int32)
     outputs = np.empty(offsets[-1], np.int32)
     args = (walks.nodes, walks.lengths, walk_ids, kp, window, key, False, offsets, inputs, outputs)
-    run_workers(_pairs_kernel, walks.num_walks, numba.get_num_threads(), *args)
+    run_workers(_pairs_kernel, walks.num_walks, *args)
     return inputs, outputs
 
 
@@ -151,7 +150,7 @@ def pairs_per_walk(
         kp = np.asarray(keep_prob, np.float64)
         empty = np.zeros(0, np.int32)
         args = (walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty)
-        run_workers(_pairs_kernel, walks.num_walks, numba.get_num_threads(), *args, empty)
+        run_workers(_pairs_kernel, walks.num_walks, *args, empty)
     return per_walk
 
 

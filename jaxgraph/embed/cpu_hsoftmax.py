@@ -250,4 +250,4 @@ def train_replicas(
         tree = (points, labels)
         written = np.zeros((r, 16), np.int64)  # 128 bytes apart: a line each
         args = (syn0, syn1, *flat, lrs, num_steps, span, *tree, cap, per, written, *bufs)
-        return sum(run_workers(_chunk, u, parts, *args))
+        return sum(run_workers(_chunk, u, *args, threads=parts))

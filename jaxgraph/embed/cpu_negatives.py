@@ -8,11 +8,12 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed import _hostrng as hr
 from jaxgraph.embed._intrinsics import mulhi
 from jaxgraph.embed._kernel_args import check_alias, check_key
+from jaxgraph.embed._kernel_steps import run_workers
 
 
 @njit(inline="always", cache=True)
@@ -46,10 +47,11 @@ def draw_step(key, step, accept, alias, out):
             out[g, k] = pick[np.int64(hr.unit(z * n) < accept[j])]
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _chunk_negatives(key, first_step, accept, alias, out):
-    """Fills ``out: int32[S, B/G, K]`` with the negatives of steps ``first_step ..``."""
-    for s in prange(out.shape[0]):
+@njit(nogil=True, cache=True)
+def _chunk_negatives(first, stride, key, first_step, accept, alias, out):
+    """Fills rows ``first, first + stride, ..`` of ``out: int32[S, B/G, K]`` with the negatives
+    of steps ``first_step ..`` (a worker of :func:`~jaxgraph.embed._kernel_steps.run_workers`)."""
+    for s in range(first, out.shape[0], stride):
         draw_step(key, first_step + s, accept, alias, out[s])
 
 
@@ -74,5 +76,6 @@ def chunk_negatives(
     if groups < 1 or negatives < 1:
         raise ValueError(f"groups and negatives must be >= 1, got {groups} and {negatives}")
     out = np.empty((num_steps, groups, negatives), np.int32)
-    _chunk_negatives(key, np.int64(first_step), accept, alias, out)
+    args = (key, np.int64(first_step), accept, alias, out)
+    run_workers(_chunk_negatives, num_steps, *args)
     return out

@@ -10,7 +10,6 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -119,7 +118,7 @@ def merge_replicas(
     for table, at, rows in zip(tables, anchor or (None, None), (rows0, every), strict=True):
         at = np.empty((1, 1), np.float32) if at is None else at
         blocks = (rows.shape[0] + _ROWS - 1) // _ROWS
-        run_workers(_merge, blocks, numba.get_num_threads(), table, at, rows, _RULES[merge])
+        run_workers(_merge, blocks, table, at, rows, _RULES[merge])
 
 
 def _page_copy(table) -> np.ndarray:

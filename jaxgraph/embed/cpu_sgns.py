@@ -494,4 +494,4 @@ def train_replicas(
         written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
         args = (syn0, syn1, *flat, lrs, num_steps, span, keys, np.int64(first_step), *table)
         args += (cap, per, copies > 1, written, *ws)
-        return sum(run_workers(_chunk, r * per, parts, *args))
+        return sum(run_workers(_chunk, r * per, *args, threads=parts))

@@ -25,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from jaxgraph.embed import _hostrng as hr
+from jaxgraph.embed._kernel_steps import run_workers
 from jaxgraph.options import flag
 
 
@@ -87,13 +88,16 @@ def neighbour_consistency(
     out = np.zeros(nodes.shape[0], np.float64)
     if nodes.size:
         key = hr.round_key(seed, hr.PURPOSE_FEEDBACK, round_index)
-        _psi_kernel(unit, indptr, indices, nodes, num_neighbors, key, out)
+        args = (unit, indptr, indices, nodes, num_neighbors, key, out)
+        run_workers(_psi_kernel, nodes.shape[0], *args)
     return out
 
 
-@njit(parallel=True, nogil=True, cache=True)
-def _psi_kernel(unit, indptr, indices, nodes, k, key, out):
-    for m in prange(nodes.shape[0]):
+@njit(nogil=True, cache=True)
+def _psi_kernel(first, stride, unit, indptr, indices, nodes, k, key, out):
+    """``out[m]`` for ``m = first, first + stride, ..`` (a worker of
+    :func:`~jaxgraph.embed._kernel_steps.run_workers`)."""
+    for m in range(first, nodes.shape[0], stride):
         v = nodes[m]
         lo = indptr[v]
         deg = indptr[v + 1] - lo

@@ -21,7 +21,6 @@ import math
 import time
 from typing import Literal, NamedTuple
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -139,7 +138,7 @@ def random_walks(
     second_order = config.kind == "node2vec" and not config.p == config.q == 1
     inv_p, inv_q = 1.0 / config.p, 1.0 / config.q
     args = (indptr, indices, starts, key, second_order, inv_p, inv_q, nodes, lengths)
-    run_workers(_walk_kernel, nodes.shape[0], numba.get_num_threads(), *args)
+    run_workers(_walk_kernel, nodes.shape[0], *args)
     return Walks(nodes, lengths)
 
 
