@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import numbers
+import threading
 
 import numba
 from numba import njit
@@ -94,10 +94,17 @@ def num_threads(threads: int | None):
         numba.set_num_threads(previous)
 
 
-@functools.cache
+_callers = threading.local()
+
+
 def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
-    """The threads beside the caller's that run :func:`run_workers`' calls of ``threads + 1``."""
-    return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxgraph-kernel")
+    """The calling thread's own pool of ``threads`` threads for :func:`run_workers` (own, so
+    that workers that wait on each other never queue behind another caller's; a pool's threads
+    end with its caller)."""
+    pools = _callers.__dict__.setdefault("pools", {})
+    if threads not in pools:
+        pools[threads] = concurrent.futures.ThreadPoolExecutor(threads, "jaxgraph-kernel")
+    return pools[threads]
 
 
 def run_workers(worker, workers: int, *args, threads: int | None = None) -> list:
