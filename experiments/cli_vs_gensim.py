@@ -155,7 +155,7 @@ def _quality(name, graph, split, syn0) -> dict:
 # Where a profiled run's time goes: (label, file suffix, function), cumulative seconds.
 _PARTS = (
     ("walks", "embed/walks.py", "random_walks"),
-    ("pairs", "embed/skipgram.py", "_block_pairs"),
+    ("pairs", "embed/corpus.py", "split_pairs"),
     ("rounds", "embed/skipgram.py", "train_round"),
     ("run", "embed/job.py", "run_job"),
 )

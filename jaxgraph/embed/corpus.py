@@ -135,6 +135,48 @@ def skipgram_pairs(
     return inputs, outputs
 
 
+def split_pairs(
+    walks: Walks, ids: np.ndarray, keep_prob: np.ndarray, window: int, key: np.uint64, parts: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """:func:`skipgram_pairs` of the walks ``ids`` (rows of ``walks`` and their stream ids) cut
+    into ``parts`` even runs, one per device: ``(inputs, outputs)``, lists of ``int32[M_p]``."""
+    ins, outs = [], []
+    for part in np.array_split(ids, parts):
+        sub = Walks(walks.nodes[part], walks.lengths[part])
+        i, o = skipgram_pairs(sub, part, keep_prob, window, key)
+        ins.append(i)
+        outs.append(o)
+    return ins, outs
+
+
+def pack_steps(
+    ins: list[np.ndarray],
+    outs: list[np.ndarray],
+    start: int,
+    take: int,
+    batch: int,
+    steps: int,
+    counts: np.ndarray,
+    marks: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps ``start .. start + take`` of each device's pairs (``ins[p], outs[p]: int[M_p]``,
+    ``batch`` pairs a step) in buffers of ``steps`` steps, the rest zero-weight padding:
+    ``(inputs, outputs: int32[P, steps, batch], weights: f32[P, steps, batch])``. Each packed
+    pair is tallied into ``counts`` and ``marks`` (:func:`tally_pairs`)."""
+    p = len(ins)
+    x_in = np.zeros((p, steps, batch), np.int32)
+    x_out = np.zeros((p, steps, batch), np.int32)
+    x_w = np.zeros((p, steps, batch), np.float32)
+    lo, hi = start * batch, (start + take) * batch
+    for d in range(p):
+        m = max(0, min(hi, ins[d].shape[0]) - lo)
+        x_in[d].reshape(-1)[:m] = ins[d][lo : lo + m]
+        x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
+        x_w[d].reshape(-1)[:m] = 1.0
+        tally_pairs(ins[d][lo : lo + m], outs[d][lo : lo + m], counts, marks)
+    return x_in, x_out, x_w
+
+
 def pairs_per_walk(
     walks: Walks, walk_ids: np.ndarray, keep_prob: np.ndarray, window: int, key: np.uint64
 ) -> np.ndarray:

@@ -10,6 +10,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -45,9 +46,20 @@ def copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
             f"{threads} threads would train {threads} copies of the tables ({tables / 2**30:.1f}"
             f" GiB each, and their anchor) in {free / 2**30:.1f} GiB of free memory: training "
             + (f"{fit} copies" if fit > 1 else "one copy (the threads share the tables)"),
-            stacklevel=3,
+            stacklevel=4,
         )
     return int(min(threads, fit))
+
+
+def host_copies(config: SkipGramConfig, num_nodes: int) -> int:
+    """The copies of one device's tables its CPU kernel trains with negative sampling on
+    ``config.threads`` threads (None: numba's count): one per thread on 2 to ``MAX_COPIES``
+    threads, as many as fit (:func:`copies_that_fit`); 1 (the threads share the tables) for
+    one thread, more than ``MAX_COPIES`` or hierarchical softmax."""
+    threads = config.threads or numba.get_num_threads()
+    if config.objective == "hierarchical" or threads > MAX_COPIES:
+        return 1
+    return copies_that_fit(threads, num_nodes, config.dim)
 
 
 # Rows a thread merges with one scratch row.

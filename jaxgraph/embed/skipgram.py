@@ -19,7 +19,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import numba
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -30,10 +29,10 @@ from jaxgraph.embed.corpus import (
     corpus_counts,
     keep_probability,
     negative_weights,
-    skipgram_pairs,
-    tally_pairs,
+    pack_steps,
+    split_pairs,
 )
-from jaxgraph.embed.cpu_replicas import MAX_COPIES, HostReplicas, copies_that_fit
+from jaxgraph.embed.cpu_replicas import HostReplicas, host_copies
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
 from jaxgraph.embed.hsoftmax import HuffmanTree, huffman_tree
 from jaxgraph.embed.merge import (
@@ -121,15 +120,11 @@ class SkipGramTrainer:
         self.seed = seed
         self.sync = sync or AllSync(config.merge)
         self.kernel = config.kernel_in_use()
-        # One device on the CPU kernel's 1 < T <= MAX_COPIES threads: each thread trains a copy
-        # of the tables on a contiguous T-th of each period, and the copies' changes are summed
-        # every sync_every steps of each (a sum merge: at most sum_period's); the config this
-        # trainer runs says T times that.
-        self.copies = 1
-        threads = config.threads or numba.get_num_threads()
-        if self.kernel == "cpu" and self.num_devices == 1 and not hierarchical:
-            if threads <= MAX_COPIES:
-                self.copies = copies_that_fit(threads, num_nodes, config.dim)
+        # One device on the CPU kernel's threads: each trains a copy of the tables on a
+        # contiguous T-th of each period, and the copies' changes are summed every sync_every
+        # steps of each (at most sum_period's); the config this trainer runs says T times that.
+        one_device = self.kernel == "cpu" and self.num_devices == 1
+        self.copies = host_copies(config, num_nodes) if one_device else 1
         if self.copies > 1:
             period = sum_period(config.sync_every, num_nodes, config.batch_size, self.copies)
             config = dataclasses.replace(config, sync_every=self.copies * period)
@@ -178,8 +173,8 @@ class SkipGramTrainer:
         self._rep = NamedSharding(mesh, P())
         # The CPU kernel trains host copies of the tables (None: none taken).
         self._host: HostReplicas | None = None
-        self._round = 0  # the round being trained (keys the CPU kernel's negatives)
-        self._keys: tuple[int, list] = (-1, [])  # (round, the replicas' keys of its negatives)
+        # The keys of the CPU kernel's negatives, a replica each, set by each round.
+        self._negative_keys = [0] * self.num_devices
         # Hierarchical softmax's tree, one for the whole run; path_length: its longest path.
         self._tree, self.path_length = None, None
         if hierarchical:
@@ -229,7 +224,7 @@ class SkipGramTrainer:
         empty = [np.zeros(0, np.int32)] * self.num_devices
         output = self._output_layer(np.ones(self.num_nodes))
         key = jax.random.key(self.seed)
-        loss = self._run(empty, empty, [0] * self.num_devices, 0, 0, np.zeros(0), key, output)
+        loss = self._run(empty, empty, 0, 0, np.zeros(0), key, output)
         if not self._planned:  # a planned sync's index size varies: compiled on first use
             self.programs.periodic_sync.lower(self.tables, self.anchor).compile()
         self.programs.full_sync.lower(self.tables, self.anchor).compile()
@@ -245,7 +240,7 @@ class SkipGramTrainer:
         """
         t0 = time.perf_counter()
         cfg = self.config
-        n, b = self.num_nodes, cfg.batch_size
+        n, b, p = self.num_nodes, cfg.batch_size, self.num_devices
         if isinstance(walks, DeviceWalks):
             if cfg.pairs == "host":
                 w = walks.num_walks
@@ -265,7 +260,10 @@ class SkipGramTrainer:
         keep = keep_probability(counts, cfg.sample)
         output = self._output_layer(counts)
         key = jax.random.fold_in(jax.random.key(self.seed), round_index)
-        self._round = round_index
+        neg = hr.PURPOSE_NEGATIVES
+        self._negative_keys = [
+            hr.round_key(self.seed, neg, round_index, d) for d in range(self.num_devices)
+        ]
         pair_key = hr.round_key(self.seed, hr.PURPOSE_PAIRS, round_index)
         device_args = None
         if cfg.pairs == "device":
@@ -283,8 +281,9 @@ class SkipGramTrainer:
                 continue
             tp = time.perf_counter()
             if device_args is None:
-                ins, outs, per_dev = self._block_pairs(walks, order[block], keep, pair_key)
-                run = functools.partial(self._run, ins, outs, per_dev)
+                ins, outs = split_pairs(walks, order[block], keep, cfg.window, pair_key, p)
+                per_dev = [i.shape[0] for i in ins]
+                run = functools.partial(self._run, ins, outs)
             else:
                 buffers, per_dev, sent = device_block_pairs(
                     walks, order[block], device_args, self.mesh, cfg
@@ -378,17 +377,6 @@ class SkipGramTrainer:
         pairs' counts are added at each planned sync and at the end of a round)."""
         return self.round_update_counts - self._merged_round_counts
 
-    def _block_pairs(self, walks, ids, keep, pair_key):
-        """Pairs of the walks ``ids``, split over the devices: ``(ins, outs, counts)`` with
-        ``ins[p], outs[p]: int32[M_p]``."""
-        ins, outs = [], []
-        for part in np.array_split(ids, self.num_devices):
-            sub = Walks(walks.nodes[part], walks.lengths[part])
-            i, o = skipgram_pairs(sub, part, keep, self.config.window, pair_key)
-            ins.append(i)
-            outs.append(o)
-        return ins, outs, [i.shape[0] for i in ins]
-
     def _output_layer(self, counts: np.ndarray) -> HuffmanTree | NegativeTable:
         """What the steps train against: the run's Huffman tree, or the alias table of the
         negatives drawn from ``counts ** 0.75`` (on the devices, or the CPU kernel's host)."""
@@ -408,11 +396,6 @@ class SkipGramTrainer:
         self._host.merge(self.sync.merge, rows)
         return self.num_nodes + (self.num_nodes if rows is None else rows.size)
 
-    def _pull(self) -> None:
-        """Host copies of the replicas for the CPU kernel, kept until :meth:`_push`."""
-        if self._host is None:
-            self._host = HostReplicas.pull(self.tables, self.anchor, self.copies)
-
     def _push(self) -> None:
         """The host copies back to the devices (merged), where the other merges run."""
         if self._host is not None:
@@ -426,43 +409,25 @@ class SkipGramTrainer:
         """Host tables ``f32[P, N, d]`` placed one replica per device."""
         return Tables(*(jax.device_put(a, self._shard) for a in (syn0, syn1)))
 
-    def _run_cpu(self, x_in, x_out, x_w, lr, take, output) -> float:
-        """:meth:`_run`'s chunk on every replica at once with the CPU kernel, in place; replica
-        ``d`` draws its negatives on the streams of the key of (seed, round, ``d``)."""
-        self._pull()
-        if self._keys[0] != self._round:
-            neg, r = hr.PURPOSE_NEGATIVES, self._round
-            self._keys = (r, [hr.round_key(self.seed, neg, r, d) for d in range(self.num_devices)])
-        chunk = (x_in, x_out, x_w, lr, take)
-        loss = self._host.train(chunk, output, self.config, self._keys[1], self._step)
-        self._step += take
-        return loss
-
-    def _run(self, ins, outs, per_dev, start, take, alphas, key, output):
+    def _run(self, ins, outs, start, take, alphas, key, output):
         """Steps ``start .. start + take`` of every device's pair stream, in one call, in buffers
         of ``sync_every`` steps (one compiled shape) padded with zero-weight pairs."""
-        b, p, cap = self.config.batch_size, self.num_devices, self.config.sync_every
-        x_in = np.zeros((p, cap, b), np.int32)
-        x_out = np.zeros((p, cap, b), np.int32)
-        x_w = np.zeros((p, cap, b), np.float32)
-        lo, hi = start * b, (start + take) * b
         updates = np.zeros(self.num_nodes, np.int64)
         marks = self._inputs_since_merge if self._tracks_inputs else self._inputs_since_merge[:0]
-        for d in range(p):
-            m = max(0, min(hi, per_dev[d]) - lo)
-            x_in[d].reshape(-1)[:m] = ins[d][lo : lo + m]
-            x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
-            x_w[d].reshape(-1)[:m] = 1.0
-            tally_pairs(ins[d][lo : lo + m], outs[d][lo : lo + m], updates, marks)
+        b, cap = self.config.batch_size, self.config.sync_every
+        x_in, x_out, x_w = pack_steps(ins, outs, start, take, b, cap, updates, marks)
         self.update_counts += updates
         self.round_update_counts += updates
         lr = self._rates(alphas, start, take)
-        if self.kernel == "cpu":
-            return self._run_cpu(x_in, x_out, x_w, lr, take, output)
+        first, self._step = self._step, self._step + take
+        if self.kernel == "cpu":  # every replica at once on host copies, kept until _push
+            if self._host is None:
+                self._host = HostReplicas.pull(self.tables, self.anchor, self.copies)
+            chunk = (x_in, x_out, x_w, lr, take)
+            return self._host.train(chunk, output, self.config, self._negative_keys, first)
         self._input_bytes += x_in.nbytes + x_out.nbytes + x_w.nbytes
         x_in, x_out, x_w = place_all((x_in, x_out, x_w), self._shard)
-        lr, num_steps, first = place_all((lr, np.int32(take), np.int32(self._step)), self._rep)
-        self._step += take
+        lr, num_steps, first = place_all((lr, np.int32(take), np.int32(first)), self._rep)
         self.tables, loss = self.programs.train(
             self.tables, x_in, x_out, x_w, lr, num_steps, first, key, output
         )
