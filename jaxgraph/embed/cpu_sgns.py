@@ -9,7 +9,7 @@ id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is id ``N + j``) in
 only at the batch's ids, so a step costs ``O(B (K + 2) d)``, not ``O(N d)``. A pair scores its
 positive and negatives six rows to a pass over its input row (:func:`_dots`: six independent
 sums, where one row at a time waits on each sum's adds; the pass is 15-20 % cheaper) and, with
-``K = 5`` own negatives, writes them six to a pass over its input row
+its own negatives, writes them six to a pass over its input row
 (:func:`~jaxgraph.embed._intrinsics.axpy_rows`: 5-8 % more pairs/s on one thread); the rows of the
 pair two ahead are prefetched.
 
@@ -242,6 +242,7 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
     share = b // groups
     rows = np.empty(_BLOCK, np.int64)
     cs = np.empty(_BLOCK, np.float32)
+    zero = np.float32(0.0)
     # Output rows first (their updates are multiples of the unchanged input rows), then the
     # input rows; each update scaled by its row's cap.
     for n in range(groups - 1, -1, -1):
@@ -249,22 +250,20 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
             i, t = ins[p], outs[p]
             if p >= _AHEAD:
                 _prefetch_pair(syn0, syn1, ins, outs, negs, p - _AHEAD, share)
-            if share == 1 and kn + 1 == _BLOCK:
+            if share > 1:  # the positive; the group's shared negatives are written below
+                c = pos[p] * _scale(counts, n_rows + t, cap)
+                for q in range(d):
+                    syn1[t, q] += c * syn0[i, q]
+                continue
+            # The positive and the K negatives, six rows to a pass; rows past the K-th are the
+            # positive's with coefficient 0, as the gradient pass pads them.
+            for j0 in range(0, kn + 1, _BLOCK):
                 for j in range(_BLOCK):
-                    o = t if j == 0 else negs[n, j - 1]
-                    g = pos[p] if j == 0 else neg[p, j - 1]
+                    jj = j0 + j
+                    o = t if jj == 0 or jj > kn else negs[n, jj - 1]
+                    g = pos[p] if jj == 0 else (neg[p, jj - 1] if jj <= kn else zero)
                     rows[j], cs[j] = o, g * _scale(counts, n_rows + o, cap)
                 axpy_rows(syn1, rows, cs, syn0, i)
-                continue
-            c = pos[p] * _scale(counts, n_rows + t, cap)
-            for q in range(d):
-                syn1[t, q] += c * syn0[i, q]
-            if share == 1:
-                for k in range(kn):
-                    o = negs[n, k]
-                    c = neg[p, k] * _scale(counts, n_rows + o, cap)
-                    for q in range(d):
-                        syn1[o, q] += c * syn0[i, q]
         if share > 1:
             for k in range(kn):
                 o = negs[n, k]
