@@ -130,8 +130,8 @@ def skipgram_pairs(
     np.cumsum(per_walk, out=offsets[1:])
     inputs = np.empty(offsets[-1], np.int32)
     outputs = np.empty(offsets[-1], np.int32)
-    args = (walks.nodes, walks.lengths, walk_ids, kp, window, key, False, offsets, inputs, outputs)
-    run_workers(_pairs_kernel, walks.num_walks, *args)
+    stream = (walks.nodes, walks.lengths, walk_ids, kp, window, key)
+    run_workers(_pairs_kernel, walks.num_walks, *stream, False, offsets, inputs, outputs)
     return inputs, outputs
 
 
@@ -191,8 +191,8 @@ def pairs_per_walk(
     if walks.num_walks:
         kp = np.asarray(keep_prob, np.float64)
         empty = np.zeros(0, np.int32)
-        args = (walks.nodes, walks.lengths, walk_ids, kp, window, key, True, per_walk, empty)
-        run_workers(_pairs_kernel, walks.num_walks, *args, empty)
+        stream = (walks.nodes, walks.lengths, walk_ids, kp, window, key)
+        run_workers(_pairs_kernel, walks.num_walks, *stream, True, per_walk, empty, empty)
     return per_walk
 
 
