@@ -96,6 +96,9 @@ def loadtxt(
     comments: tuple[str, ...] = COMMENTS,
 ) -> np.ndarray:
     """``np.loadtxt`` of ``text``, ``[R, C]``; raises ``ValueError`` on a malformed line."""
+    # Only the prefixes the text holds: numpy parses in C with at most one, and with two runs a
+    # Python pass over every line (BlogCatalog's 334k edges: 0.22 s against 0.42 s).
+    comments = tuple(c for c in comments if c in text)
     with warnings.catch_warnings():
         # An empty input or a comment-only line makes np.loadtxt warn; callers handle both.
         warnings.filterwarnings("ignore", message=".*contained no data", category=UserWarning)
