@@ -59,6 +59,20 @@ def gather_step(flat_in, flat_out, flat_w, s, span, num_steps, ins, outs, w):
 
 
 @njit(inline="always", cache=True)
+def worker_steps(u, per_replica, num_steps, copies):
+    """``(replica, table, first, last, stride)`` of worker ``u`` (of ``R T``, ``T =
+    per_replica``): thread ``t = u % T`` of replica ``r = u // T`` trains steps ``first, first +
+    stride, .. < last`` of the chunk on tables ``table``; its replica's (``r``), every ``T``-th
+    step from ``t``, or with ``copies`` its own copy ``u``, the ``t``-th of ``T`` contiguous
+    stretches of ``ceil(S' / T)`` steps (``S' = num_steps``)."""
+    r, t = u // per_replica, u % per_replica
+    if copies:
+        stretch = (num_steps + per_replica - 1) // per_replica
+        return r, u, t * stretch, min(num_steps, (t + 1) * stretch), 1
+    return r, r, t, num_steps, per_replica
+
+
+@njit(inline="always", cache=True)
 def await_written(written, s):
     """Waits until the writes of every step before ``s`` are done (``written: int64[1]``, the
     number of steps written)."""

@@ -32,6 +32,7 @@ from jaxgraph.embed._kernel_steps import (
     num_threads,
     replica_threads,
     run_workers,
+    worker_steps,
 )
 from jaxgraph.embed.cpu_sgns import _FAST, _scale
 
@@ -112,17 +113,17 @@ def _write(syn0, syn1, ins, outs, points, labels, cap, grad, coef, counts):
 @njit(nogil=True, cache=True)
 def _chunk(
     first_worker, stride_workers, syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span,
-    points, labels, cap, per_replica, written, grad, coef, counts, ins, outs, w,
+    points, labels, cap, per_replica, copies, written, grad, coef, counts, ins, outs, w,
 ):  # fmt: skip
     """Workers ``first_worker, first_worker + stride_workers, ..`` of :func:`train_replicas`,
-    worker ``u`` being thread ``u % T`` of replica ``u // T`` (``T = per_replica``;
-    :func:`jaxgraph.embed.cpu_sgns._chunk`'s split); the buffers from ``grad`` on have a
+    split as :func:`jaxgraph.embed.cpu_sgns._chunk` splits them
+    (:func:`~jaxgraph.embed._kernel_steps.worker_steps`); the buffers from ``grad`` on have a
     leading worker axis. Returns the workers' summed loss."""
     total = 0.0
     for u in range(first_worker, ins.shape[0], stride_workers):
-        r, t = u // per_replica, u % per_replica
-        x0, x1, done = syn0[r], syn1[r], written[r]
-        for s in range(t, num_steps, per_replica):
+        r, c, first, last, stride = worker_steps(u, per_replica, num_steps, copies)
+        x0, x1, done = syn0[c], syn1[c], written[c]
+        for s in range(first, last, stride):
             gather_step(
                 flat_in[r], flat_out[r], flat_w[r], s, span, num_steps, ins[u], outs[u], w[u]
             )
@@ -130,9 +131,11 @@ def _chunk(
                 x0, x1, ins[u], outs[u], w[u], points, labels, lrs[s], cap,
                 grad[u], coef[u], counts[u],
             )  # fmt: skip
-            await_written(done, s)
+            if not copies:
+                await_written(done, s)
             _write(x0, x1, ins[u], outs[u], points, labels, cap, grad[u], coef[u], counts[u])
-            mark_written(done, s)
+            if not copies:
+                mark_written(done, s)
     return total
 
 
@@ -226,18 +229,22 @@ def train_replicas(
     span: int | None = None,
     row_cap: int | None = None,
     threads: int | None = None,
+    *,
+    copies: int = 1,
 ) -> float:
     """:func:`train_chunk` on ``R`` replicas at once (``syn0, syn1: f32[R, N, d]``, ``inputs,
     outputs: int[R, S, B]``, ``weights: f[R, S, B]``), one tree for all, the threads split as
-    :func:`jaxgraph.embed.cpu_sgns.train_replicas` splits them. Returns the summed loss."""
+    :func:`jaxgraph.embed.cpu_sgns.train_replicas` splits them; with ``copies = C > 1`` (tables
+    ``f32[R C, N, d]``), its ``C`` workers train contiguous stretches of each replica's steps
+    on their own copies, as there. Returns the summed loss."""
     pairs = (inputs, outputs, weights, lrs, num_steps, span)
-    r, n, d, flat, lrs, b, span = check_replicas(syn0, syn1, *pairs)
+    r, n, d, flat, lrs, b, span = check_replicas(syn0, syn1, *pairs, copies=copies)
     points, labels = _check_tree(points, labels, n)
     cap = check_cap(row_cap)
     if num_steps == 0:
         return 0.0
     with num_threads(threads) as parts:
-        per = replica_threads(parts, r)
+        per = copies if copies > 1 else replica_threads(parts, r)
         u = r * per
         bufs = (
             page_aligned((u, b, d)),
@@ -248,6 +255,7 @@ def train_replicas(
             np.empty((u, b), np.float32),
         )
         tree = (points, labels)
-        written = np.zeros((r, 16), np.int64)  # 128 bytes apart: a line each
-        args = (syn0, syn1, *flat, lrs, num_steps, span, *tree, cap, per, written, *bufs)
+        written = np.zeros((syn0.shape[0], 16), np.int64)  # 128 bytes apart: a line each
+        args = (syn0, syn1, *flat, lrs, num_steps, span, *tree, cap, per, copies > 1, written)
+        args += bufs
         return sum(run_workers(_chunk, u, *args, threads=parts))

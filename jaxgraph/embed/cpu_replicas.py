@@ -52,12 +52,12 @@ def copies_that_fit(threads: int, num_nodes: int, dim: int) -> int:
 
 
 def host_copies(config: SkipGramConfig, num_nodes: int) -> int:
-    """The copies of one device's tables its CPU kernel trains with negative sampling on
-    ``config.threads`` threads (None: numba's count): one per thread on 2 to ``MAX_COPIES``
-    threads, as many as fit (:func:`copies_that_fit`); 1 (the threads share the tables) for
-    one thread, more than ``MAX_COPIES`` or hierarchical softmax."""
+    """The copies of one device's tables its CPU kernel trains on ``config.threads`` threads
+    (None: numba's count): one per thread on 2 to ``MAX_COPIES`` threads, as many as fit
+    (:func:`copies_that_fit`); 1 (the threads share the tables) for one thread or more than
+    ``MAX_COPIES``."""
     threads = config.threads or numba.get_num_threads()
-    if config.objective == "hierarchical" or threads > MAX_COPIES:
+    if threads > MAX_COPIES:
         return 1
     return copies_that_fit(threads, num_nodes, config.dim)
 
@@ -183,7 +183,8 @@ class HostReplicas:
         c = config
         rules = (c.negatives, c.shared_negatives, c.interleave, c.row_cap, c.threads)
         if isinstance(output, HuffmanTree):
-            return cpu_hsoftmax.train_replicas(*self.tables, *chunk, *output, *rules[2:])
+            args = (*self.tables, *chunk, *output, *rules[2:])
+            return cpu_hsoftmax.train_replicas(*args, copies=self.copies)
         args = (*self.tables, *chunk, keys, *output, *rules)
         return cpu_sgns.train_replicas(*args, first_step=first_step, copies=self.copies)
 

@@ -51,6 +51,7 @@ from jaxgraph.embed._kernel_steps import (
     num_threads,
     replica_threads,
     run_workers,
+    worker_steps,
 )
 from jaxgraph.embed.cpu_negatives import draw_step
 
@@ -300,14 +301,9 @@ def _chunk(
     :mod:`~jaxgraph.embed._kernel_steps`); with ``copies``, it trains the ``t``-th of ``T``
     contiguous stretches of the steps on its own copy ``u`` of the tables, without waiting.
     Returns the workers' summed loss."""
-    stretch = (num_steps + per_replica - 1) // per_replica
     total = 0.0
     for u in range(first_worker, ins.shape[0], stride_workers):
-        r, t = u // per_replica, u % per_replica
-        c, first, last, stride = r, t, num_steps, per_replica
-        if copies:
-            c, first, last = r * per_replica + t, t * stretch, min(num_steps, (t + 1) * stretch)
-            stride = 1
+        r, c, first, last, stride = worker_steps(u, per_replica, num_steps, copies)
         x0, x1, key, done = syn0[c], syn1[c], keys[r], written[c]
         for s in range(first, last, stride):
             gather_step(

@@ -105,10 +105,10 @@ class SkipGramConfig:
         come from other random streams) or ``"auto"`` (default: ``"cpu"`` where those hold on
         a CPU backend, else ``"jax"``).
       threads: the CPU kernel's threads (None: numba's count for the calling thread, all
-        cores unless ``numba.set_num_threads`` lowered it). On one device with negative
-        sampling, ``1 < T <= 4`` threads train ``T`` copies of the tables, each a contiguous
-        ``T``-th of every sync period, and the copies' changes are summed every
-        ``sync_every`` steps of each (at most :func:`sum_period`'s); a run repeats its bits.
+        cores unless ``numba.set_num_threads`` lowered it). On one device, ``1 < T <= 4``
+        threads train ``T`` copies of the tables, each a contiguous ``T``-th of every sync
+        period, and the copies' changes are summed every ``sync_every`` steps of each (at
+        most :func:`sum_period`'s); a run repeats its bits.
         Otherwise they are split among the replicas, which train at once; above one on a
         replica, its steps overlap (their writes in step order), so a run's bits vary
         (:mod:`~jaxgraph.embed._kernel_steps`).

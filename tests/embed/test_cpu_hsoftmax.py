@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 import pytest
-from kernel_cases import interleaved_order
+from kernel_cases import check_copies, interleaved_order
 
 from jaxgraph.embed import cpu_hsoftmax
 from jaxgraph.embed.hsoftmax import hs_update, hs_update_reference, huffman_tree
@@ -126,6 +126,39 @@ def test_two_threads_lose_no_update_on_the_root():
     np.testing.assert_allclose(inner[2], inner[1], rtol=0, atol=1e-3 * size)
 
 
+@pytest.mark.parametrize("copies, threads", [(2, 1), (2, 2), (3, 2)])
+def test_copies_train_contiguous_stretches_each_on_its_own_tables(copies, threads):
+    """With ``copies = C``, copy ``t`` ends bit for bit as the chunk's steps ``t ceil(S / C)
+    .. (t + 1) ceil(S / C) - 1`` applied one by one (the interleaved order and the rates) to
+    the starting tables, whatever the thread count; the loss sums every copy's steps."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs 2 numba threads")
+    rng = np.random.default_rng(22)
+    n, d, b, s_all, steps, span, cap = 300, 8, 16, 9, 8, 3, 2
+    tree, syn0, syn1 = _problem(rng, n, d, b)
+    inputs = rng.integers(0, n // 10, (s_all, b)).astype(np.int32)  # rows the copies share
+    outputs = rng.integers(0, n, (s_all, b)).astype(np.int32)
+    weights = np.ones((s_all, b), np.float32)
+    lrs = np.linspace(0.2, 0.05, s_all).astype(np.float32)
+    flat = [a.reshape(-1) for a in (inputs, outputs, weights)]
+    order = interleaved_order(steps, b, span)
+    paths = (tree.points, tree.labels)
+
+    def step(t0, t1, s):
+        batch = (flat[0][order[s]], flat[1][order[s]], *paths, flat[2][order[s]], lrs[s], cap)
+        return cpu_hsoftmax.step_update(t0, t1, *batch)
+
+    pairs = (inputs[None], outputs[None], weights[None], lrs, steps)
+    rules = (*paths, span, cap, threads)
+
+    def train(t0, t1):
+        return cpu_hsoftmax.train_replicas(t0, t1, *pairs, *rules, copies=copies)
+
+    check_copies(train, step, syn0, syn1, steps, copies)
+    with pytest.raises(ValueError, match=r"copies must be an integer >= 1 that divides"):
+        cpu_hsoftmax.train_replicas(syn0[None], syn1[None], *pairs, *rules, copies=2)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_replicas_at_once_end_as_one_call_each(threads):
     """Three replicas in one call (own tables and pairs, one tree) end bit for bit as three
@@ -219,7 +252,7 @@ def test_embed_with_the_kernel_trains_as_the_jax_program(parts):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_embed_with_two_kernel_threads_trains_as_one():
-    """2 threads with overlapping steps on 2 devices against one thread: every round's loss
+    """2 devices on 2 threads (one each, at once) against one thread: every round's loss
     within 5 % (the margin of the negative-sampling kernel's test) and the blocks learnt."""
     from jaxgraph.embed import evaluate as ev
     from jaxgraph.embed.run import embed
@@ -229,5 +262,26 @@ def test_embed_with_two_kernel_threads_trains_as_one():
     two = embed(_embed_config(2, kernel="cpu", threads=2).replace(parts=2, rounds=3), g)
     for a, b in zip(one.rounds, two.rounds, strict=True):
         assert abs(a.loss - b.loss) < 0.05 * a.loss
+    acc = ev.node_classification(two.syn0, g.labels, train_ratios=(0.5,), shuffles=1)
+    assert acc[0.5]["micro"]["mean"] > 0.9
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_one_device_on_two_threads_trains_two_copies():
+    """One device on 2 threads trains 2 copies of its tables (every pair reaches the tree's
+    root, which both copies move; their changes are summed every period) against one thread:
+    every round's loss within 10 % (the negative-sampling copies' margin), the blocks learnt,
+    and the copies repeat their bits (no thread reads a row another writes)."""
+    from jaxgraph.embed import evaluate as ev
+    from jaxgraph.embed.run import embed
+
+    g = _planted()
+    one = embed(_embed_config(1, kernel="cpu", threads=1).replace(rounds=3), g)
+    two = embed(_embed_config(1, kernel="cpu", threads=2).replace(rounds=3), g)
+    again = embed(_embed_config(1, kernel="cpu", threads=2).replace(rounds=3), g)
+    np.testing.assert_array_equal(two.syn0, again.syn0)
+    for a, b in zip(one.rounds, two.rounds, strict=True):
+        assert abs(a.loss - b.loss) < 0.1 * a.loss
+        assert b.syncs > a.syncs  # the copies merged
     acc = ev.node_classification(two.syn0, g.labels, train_ratios=(0.5,), shuffles=1)
     assert acc[0.5]["micro"]["mean"] > 0.9

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 import pytest
-from kernel_cases import interleaved_order
+from kernel_cases import check_copies, interleaved_order
 from scipy import stats
 
 from jaxgraph.embed import cpu_negatives, cpu_sgns
@@ -127,25 +127,20 @@ def test_copies_train_contiguous_stretches_each_on_its_own_tables(copies, thread
     order = interleaved_order(steps, b, span)
     negs = cpu_negatives.chunk_negatives(key, first, steps, b, K, accept, alias)
     flat = [a.reshape(-1) for a in (inputs, outputs, weights)]
-    stretch = -(-steps // copies)
-    want0 = np.repeat(syn0[None], copies, axis=0)
-    want1 = np.repeat(syn1[None], copies, axis=0)
-    want_loss = 0.0
-    for s, at in enumerate(order):
-        c = s // stretch
-        batch = (flat[0][at], flat[1][at], negs[s], flat[2][at])
-        want_loss += cpu_sgns.step_update(want0[c], want1[c], *batch, lrs[s], cap)
-    got0 = np.repeat(syn0[None], copies, axis=0)
-    got1 = np.repeat(syn1[None], copies, axis=0)
+
+    def step(t0, t1, s):
+        batch = (flat[0][order[s]], flat[1][order[s]], negs[s], flat[2][order[s]])
+        return cpu_sgns.step_update(t0, t1, *batch, lrs[s], cap)
+
     pairs = (inputs[None], outputs[None], weights[None], lrs, steps, [key])
     rules = (accept, alias, K, 1, span, cap, threads)
-    loss = cpu_sgns.train_replicas(got0, got1, *pairs, *rules, first_step=first, copies=copies)
-    np.testing.assert_array_equal(got0, want0)
-    np.testing.assert_array_equal(got1, want1)
-    assert loss == pytest.approx(want_loss, rel=1e-12)
-    assert not np.array_equal(got0[0], got0[1])  # each copy trained its own steps
+
+    def train(t0, t1):
+        return cpu_sgns.train_replicas(t0, t1, *pairs, *rules, first_step=first, copies=copies)
+
+    check_copies(train, step, syn0, syn1, steps, copies)
     with pytest.raises(ValueError, match=r"copies must be an integer >= 1 that divides"):
-        cpu_sgns.train_replicas(got0[:1], got1[:1], *pairs, *rules, copies=2)
+        cpu_sgns.train_replicas(syn0[None], syn1[None], *pairs, *rules, copies=2)
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")

@@ -537,15 +537,15 @@ def test_sum_merges_at_most_a_few_blind_updates_per_row_apart(num_parts):
 
 
 def test_the_cpu_kernel_trains_one_copy_per_thread_on_one_device():
-    """One device on the CPU kernel's T > 1 threads trains T copies (negative sampling),
-    merged every T sum_period steps of the device; one thread, hierarchical softmax, several
-    devices and the JAX program train the device's tables."""
+    """One device on the CPU kernel's T > 1 threads trains T copies (either objective),
+    merged every T sum_period steps of the device; one thread, several devices and the JAX
+    program train the device's tables."""
     cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, sync_every=64)
     degrees = np.ones(N, np.int64)
     for threads, kernel, objective, parts, copies in (
         (2, "cpu", "negative", 1, 2),
         (1, "cpu", "negative", 1, 1),
-        (2, "cpu", "hierarchical", 1, 1),
+        (2, "cpu", "hierarchical", 1, 2),
         (2, "cpu", "negative", 2, 1),
         (2, "jax", "negative", 1, 1),
     ):
