@@ -6,7 +6,8 @@ The user's path: a graph as a text edge list with string ids, ``jaxgraph embed -
 (default options otherwise: the kernel is the CLI's choice), timed as a subprocess from start to
 exit (interpreter start, reading the file, walks, training, writing the embedding). Beside it,
 alternating in one run (jaxgraph, gensim, jaxgraph, ...), gensim 4's ``Word2Vec(sg=1, hs=0)``
-with 2 workers at the same settings (window 10, d 128, 5 negatives, sub-sampling 1e-3, one
+(``hs=1, negative=0`` with ``--objective hierarchical``, which the CLI is given too) with 2
+workers at the same settings (window 10, d 128, 5 negatives, sub-sampling 1e-3, one
 pass, lr 0.025 decayed linearly) on 10 DeepWalk walks of 80 per node of the same edges, drawn by
 ``jaxgraph.embed.walks.random_walks`` (numba; the fastest walker at hand, so gensim's side is
 timed at its best): walks + token lists + vocabulary + training.
@@ -44,6 +45,12 @@ def _args(argv=None):
     ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS)
     ap.add_argument("--repeats", type=int, default=1, help="alternations per graph")
     ap.add_argument("--gensim-workers", type=int, default=2)
+    ap.add_argument(
+        "--objective",
+        choices=("negative", "hierarchical"),
+        default="negative",
+        help="the output layer of both (gensim's hs=1, negative=0 for hierarchical)",
+    )
     ap.add_argument("--cli-args", default="", help="extra options for jaxgraph embed")
     ap.add_argument(
         "--profile",
@@ -124,7 +131,7 @@ def _warm_up(extra: str) -> dict:
     return seconds
 
 
-def _run_gensim(graph, workers: int, seed: int) -> dict:
+def _run_gensim(graph, workers: int, seed: int, objective: str) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     from embed_table import gensim_sentences, gensim_skipgram
 
@@ -137,7 +144,7 @@ def _run_gensim(graph, workers: int, seed: int) -> dict:
     walks = random_walks(csr, starts, WalkConfig(walk_length=80, walks_per_node=10), seed=seed)
     walk_s = time.perf_counter() - start
     sentences = gensim_sentences([walks])
-    cfg = SkipGramConfig(init_scale=1.0)  # gensim 4's initial range
+    cfg = SkipGramConfig(init_scale=1.0, objective=objective)  # gensim 4's initial range
     syn0, vocab_s, train_s = gensim_skipgram(sentences, cfg, graph.num_nodes, workers, seed)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "walk_seconds": walk_s, "train_seconds": train_s, "syn0": syn0}
@@ -196,9 +203,13 @@ def main(argv=None):
     args = _args(argv)
     from jaxgraph.embed import evaluate as ev
 
+    extra = args.cli_args
+    if args.objective != "negative":
+        extra = f"--objective {args.objective} {extra}"
+
     rows = []
     if not args.profile:
-        warm = _warm_up(args.cli_args)
+        warm = _warm_up(extra)
         rows.append({"graph": "warm-up", "engine": "jaxgraph", **warm})
         print(json.dumps(rows[-1]), flush=True)
     for name in args.graphs:
@@ -209,14 +220,14 @@ def main(argv=None):
             edges = Path(tmp) / f"{name}.txt"
             _write_edges(train, edges)
             if args.profile:
-                rows += _profile(name, edges, graph.num_nodes, args.profile, args.cli_args)
+                rows += _profile(name, edges, graph.num_nodes, args.profile, extra)
                 continue
             for rep in range(args.repeats):
                 for engine in ("jaxgraph", "gensim"):
                     if engine == "jaxgraph":
-                        run = _run_cli(edges, graph.num_nodes, args.cli_args)
+                        run = _run_cli(edges, graph.num_nodes, extra)
                     else:
-                        run = _run_gensim(train, args.gensim_workers, seed=rep)
+                        run = _run_gensim(train, args.gensim_workers, rep, args.objective)
                     run.update(_quality(name, graph, split, run.pop("syn0")))
                     row = {"graph": name, "repeat": rep, "engine": engine, **run}
                     rows.append(row)

@@ -395,9 +395,10 @@ def gensim_sentences(corpus) -> list[list[str]]:
 
 
 def gensim_skipgram(sentences, sgns, num_nodes, workers, seed):
-    """One pass of gensim's ``Word2Vec`` (skip-gram, negative sampling) over ``sentences``
-    (:func:`gensim_sentences`) with the trainer's window, dimension, negatives, sub-sampling
-    and initial learning rate (``sgns``), ``workers`` threads.
+    """One pass of gensim's ``Word2Vec`` (skip-gram) over ``sentences``
+    (:func:`gensim_sentences`) with the trainer's objective (negative sampling, or hierarchical
+    softmax as ``hs=1, negative=0``), window, dimension, negatives, sub-sampling and initial
+    learning rate (``sgns``), ``workers`` threads.
 
     Returns:
       ``(syn0 f32[N, d], seconds to build the vocabulary, seconds to train)``; nodes absent
@@ -412,8 +413,8 @@ def gensim_skipgram(sentences, sgns, num_nodes, workers, seed):
         vector_size=sgns.dim,
         window=sgns.window,
         sg=1,
-        hs=0,
-        negative=sgns.negatives,
+        hs=int(sgns.objective == "hierarchical"),
+        negative=0 if sgns.objective == "hierarchical" else sgns.negatives,
         sample=sgns.sample,
         min_count=0,
         alpha=sgns.lr,
