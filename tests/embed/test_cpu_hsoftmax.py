@@ -53,6 +53,28 @@ def test_step_equals_the_jax_step_and_word2vec(row_cap):
     assert np.abs(got1 - syn1).max() > 1e-2  # the step moved the inner rows
 
 
+def test_step_on_long_paths_equals_the_jax_step():
+    """Paths of more than 12 rows (the outputs deepest in a skewed tree of 3,000 leaves), with
+    the row cap."""
+    rng = np.random.default_rng(9)
+    n, d, b = 3000, 8, 64
+    tree = huffman_tree(1.0 / np.arange(1, n + 1) ** 1.2)
+    assert (tree.labels >= 0).sum(1).max() > 12
+    syn0 = rng.normal(0, 0.5, (n, d)).astype(np.float32)
+    syn1 = rng.normal(0, 0.5, (n, d)).astype(np.float32)
+    inputs = rng.integers(0, n, b).astype(np.int32)
+    deep = np.argsort((tree.labels >= 0).sum(1))[-b:]  # the outputs of the longest paths
+    outputs = rng.permutation(deep).astype(np.int32)
+    weight = np.ones(b, np.float32)
+    want0, want1, want_loss = _jax_step(syn0, syn1, inputs, outputs, tree, weight, 0.1, 3)
+    got0, got1 = syn0.copy(), syn1.copy()
+    args = (inputs, outputs, tree.points, tree.labels, weight, 0.1, 3)
+    loss = cpu_hsoftmax.step_update(got0, got1, *args)
+    np.testing.assert_allclose(got0, want0, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got1, want1, rtol=RTOL, atol=ATOL)
+    assert loss == pytest.approx(want_loss, rel=RTOL)
+
+
 @pytest.mark.parametrize("span", [None, 3])
 def test_chunk_equals_a_loop_of_jax_steps_in_the_interleaved_order(span):
     rng = np.random.default_rng(3)
