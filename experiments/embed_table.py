@@ -547,7 +547,8 @@ def main(argv=None):
         raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
     emulate_devices_for(args.parts)
     mesh = make_mesh(args.parts)
-    results = {"args": vars(args)}
+    # What trains the pairs: on "cpu" (a CPU host's default) nothing is copied to a device.
+    results = {"args": vars(args), "kernel": _configs(args)[args.walker].sgns.kernel_in_use()}
     t0 = time.perf_counter()
     if "walks" not in args.skip:
         walk_speed(args, results)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -286,6 +287,8 @@ def test_embed_table_quick(tmp_path):
     for trainer in {"jax", "gensim"} & set(vs):  # gensim is an optional dependency
         assert vs[trainer]["pairs_per_s"] == pytest.approx(vs["pairs"] / vs[trainer]["median_s"])
         assert 0 <= vs[trainer]["micro@50"] <= 1
+    on_host = results["kernel"] == "cpu"
+    assert on_host == (jax.default_backend() == "cpu")  # the default kernel on a CPU host
     methods = ["deepwalk", "felog", "felog-public", "felog-centered", "felog-centered-w2"]
     # Walks start at every node with an edge: all of BlogCatalog's; all of ca-AstroPh's but
     # the one with only a self-loop (the edge split never isolates a node).
@@ -316,14 +319,18 @@ def test_embed_table_quick(tmp_path):
             assert r["elapsed_per_round"] == sorted(r["elapsed_per_round"])
             assert r["elapsed_per_round"][-1] <= r["seconds"]
             # Feedback retires nodes and never adds walks: no more tokens nor bytes than the
-            # baseline.
+            # baseline (the CPU kernel trains the pairs where they are built: no bytes).
             assert r["active_per_round"][0] == starts
             assert r["tokens"] <= base["tokens"]
-            assert 0 < r["host_to_device_bytes"] <= base["host_to_device_bytes"]
+            if on_host:
+                assert r["host_to_device_bytes"] == 0
+            else:
+                assert 0 < r["host_to_device_bytes"] <= base["host_to_device_bytes"]
     blog = {r["method"]: r for r in results["blogcatalog"]}
     # The paper's rule retires most BlogCatalog nodes within 3 rounds: fewer tokens and bytes.
     assert blog["felog"]["tokens"] < blog["deepwalk"]["tokens"]
-    assert blog["felog"]["host_to_device_bytes"] < blog["deepwalk"]["host_to_device_bytes"]
+    if not on_host:
+        assert blog["felog"]["host_to_device_bytes"] < blog["deepwalk"]["host_to_device_bytes"]
     for r in blog.values():
         for ratio in r["f1"].values():
             assert all(0 <= ratio[avg]["mean"] <= 1 for avg in ("micro", "macro"))
@@ -547,7 +554,11 @@ def test_sgns_vs_gensim_on_a_small_rmat(tmp_path):
     seq = run["sequential"]
     assert 0.6 < seq["dot"] <= 1 and 0 <= seq["cosine"] <= 1 and len(seq["loss_per_pair"]) == 2
     assert "batch 1" in text
-    assert all(0.5 < c["dot"] <= 1 and 0.5 < c["cosine"] <= 1 for c in jax_["curve"])
+    # About 5,000 held-out edges: under chance a dot AUC's standard error is below 0.006, so
+    # 0.55 is 8 of them above 0.5. The cosine follows word2vec's below chance (0.48 against
+    # batch 1's 0.42 after the second round).
+    assert all(0.55 < c["dot"] <= 1 and 0 <= c["cosine"] <= 1 for c in jax_["curve"])
+    assert abs(jax_["curve"][-1]["cosine"] - seq["cosine"]) < 0.1
     assert "pairs/s" in text
     per_round = next(line for line in text.splitlines() if "quality by round" in line)
     assert per_round.count(";") == 1  # two rounds, each with its dot / cosine AUC
