@@ -164,5 +164,8 @@ def check_replicas(syn0, syn1, inputs, outputs, weights, lrs, num_steps, span, c
         check_chunk(*(np.asarray(a)[i] for a in arrays.values()), lrs, num_steps, span, n)
         for i in range(r)
     ]
-    flat = tuple(np.stack([c[j] for c in chunks]) for j in range(3))
+    # One replica's arrays as views (no copy).
+    flat = tuple(
+        np.stack([c[j] for c in chunks]) if r > 1 else chunks[0][j][None] for j in range(3)
+    )
     return (r, n, d, flat, *chunks[0][3:])
