@@ -88,6 +88,9 @@ def felog_config(args, base=None):
 def variants(args):
     """``{row name: EmbedConfig}``."""
     base = _configs(argparse.Namespace(**{**vars(args), "variants": []}))["deepwalk"]
+    # Every row trains with the JAX program (FeLoG's pairs are built on the devices), so the
+    # baseline moves its host-built pairs to the devices as word2vec's data path does.
+    base = base.replace(sgns=dataclasses.replace(base.sgns, kernel="jax"))
     felog = felog_config(args, base).replace(sync=HotspotSync(**sync_options(args)))
     return {
         "deepwalk": base,

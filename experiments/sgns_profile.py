@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Where a skip-gram round's time goes on this machine, beside gensim on the same walks.
 
-A round of ``SkipGramTrainer`` over ``--walks-per-node`` walks of every node (after one
+A round of ``SkipGramTrainer`` (its JAX programs, ``kernel="jax"``; ``cli_vs_gensim.py
+--profile`` splits the CPU kernel's run) over ``--walks-per-node`` walks of every node (after one
 untimed round on the same walks), at gensim's published settings (window 10, d = 128, 5
 negatives) unless told otherwise, with every device program timed as the trainer calls it
 (each call waited for): the training chunks (``S`` steps of ``B`` pairs per device), the
@@ -171,6 +172,7 @@ def main(argv=None):
         interleave=8,
         sync_every=args.sync_every,
         merge="sum",
+        kernel="jax",  # the device programs this script times
     )
     n = graph.num_nodes
     table_mb = n * args.dim * 4 / 2**20
