@@ -15,19 +15,27 @@ chunks of ``sync_every = 64`` steps of ``B = 1024`` pairs (the last chunk padded
   pass over the same walks (vocabulary built untimed). gensim does not count pairs: its pairs/s
   divides the kernel's pair count of the same walks by its seconds.
 
+With ``--concurrent``, also the rate per core with both cores busy: the kernel on one thread
+and gensim with one worker, each timed in two processes started at once (each process's
+pairs/s; the trainer's copies on two cores meet the same contention for the caches and memory).
+
 Prints a markdown table of millions of pairs per second and the load average before the run
 (on a shared machine, compare numbers within one run only).
 
     python experiments/sgns_cpu_kernel.py            # about 2M pairs per timing
     python experiments/sgns_cpu_kernel.py --quick    # about 0.5M pairs per timing (~1-2 min)
+    python experiments/sgns_cpu_kernel.py --shared 1 --no-jax --concurrent
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 
@@ -41,12 +49,11 @@ def _args(argv=None):
     ap.add_argument("--no-jax", action="store_true", help="skip the JAX program")
     ap.add_argument("--no-gensim", action="store_true", help="skip gensim")
     ap.add_argument(
-        "--omp-wait-policy",
-        choices=("default", "active", "passive"),
-        default="default",
-        help="OMP_WAIT_POLICY for numba's OpenMP threads (set before they start); passive "
-        "helps when other jobs hold the cores",
+        "--concurrent",
+        action="store_true",
+        help="also one-thread kernel and one-worker gensim, two processes at once",
     )
+    ap.add_argument("--engine", choices=("kernel", "gensim"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
         args.pairs = 500_000
@@ -202,10 +209,41 @@ def time_gensim(walks, workers, repeats):
     return statistics.median(seconds[1:])
 
 
+def _one_engine(args) -> None:
+    """``--engine``: one timing of the one-thread kernel or one-worker gensim on the first of
+    ``--nodes`` and ``--shared``, printed as a JSON line (a process of ``--concurrent``)."""
+    from jaxgraph.embed.corpus import alias_table, negative_weights
+
+    n, share = args.nodes[0], args.shared[0]
+    walks, inputs, outputs, counts = corpus(n, args.pairs)
+    if args.engine == "gensim":
+        seconds = time_gensim(walks, 1, args.repeats)
+    else:
+        table = alias_table(negative_weights(counts))
+        seconds = time_kernel(n, chunks(inputs, outputs), table, share, 1, args.repeats)
+    print(json.dumps({"pairs": int(inputs.size), "seconds": seconds}))
+
+
+def concurrent(engine: str, num_nodes: int, share: int, args) -> list[float]:
+    """Pairs/s of each of two processes timing ``engine`` (one thread) at once."""
+    command = [sys.executable, __file__, "--engine", engine, "--nodes", str(num_nodes)]
+    command += ["--shared", str(share), "--pairs", str(args.pairs)]
+    command += ["--repeats", str(args.repeats)]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    rates = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=3600)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(command)} exited with {proc.returncode}")
+        line = json.loads(out.strip().splitlines()[-1])
+        rates.append(line["pairs"] / line["seconds"])
+    return rates
+
+
 def main(argv=None):
     args = _args(argv)
-    if args.omp_wait_policy != "default":
-        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    if args.engine:
+        return _one_engine(args)
     import numba
 
     from jaxgraph.embed.corpus import alias_table, negative_weights
@@ -218,6 +256,8 @@ def main(argv=None):
     header += [] if args.no_jax else ["jax (1 CPU device)"]
     header += [f"kernel {t} thread{'s' * (t > 1)}" for t in threads]
     header += ["gensim 2 workers"] if have_gensim else []
+    engines = ["kernel"] + (["gensim"] if have_gensim else []) if args.concurrent else []
+    header += [f"{e} 1 thread, each of 2 processes at once" for e in engines]
     rows = []
     for n in args.nodes:
         walks, inputs, outputs, counts = corpus(n, args.pairs)
@@ -230,11 +270,13 @@ def main(argv=None):
             seconds += [time_kernel(n, data, table, share, t, args.repeats) for t in threads]
             seconds += [] if gensim_s is None else [gensim_s]
             cells += [f"{inputs.size / s / 1e6:.2f}" for s in seconds]
+            for engine in engines:
+                cells.append(
+                    ", ".join(f"{r / 1e6:.2f}" for r in concurrent(engine, n, share, args))
+                )
             rows.append(cells)
             print(" | ".join(cells), flush=True)
-    policy = os.environ.get("OMP_WAIT_POLICY", "unset")
-    print(f"\nnumba threading layer {numba.threading_layer()}, OMP_WAIT_POLICY {policy}")
-    print(f"Millions of pairs per second (median of {args.repeats}, after a warm-up).")
+    print(f"\nMillions of pairs per second (median of {args.repeats}, after a warm-up).")
     if have_gensim:
         print("gensim: the kernel's pair count of the same walks over gensim's train seconds.")
     print("\n| " + " | ".join(header) + " |")

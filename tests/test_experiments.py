@@ -651,3 +651,18 @@ def test_preset_compare_quick(tmp_path):
         assert 0.1 < r["micro_0.5"] < 1 and np.isfinite(r["loss_per_pair"]).all()
     text = prefix.with_suffix(".md").read_text()
     assert "word2vec-spread minus published, paired by seed (1)" in text
+
+
+def test_sgns_cpu_kernel_times_two_one_thread_processes_at_once():
+    text = _run(
+        "sgns_cpu_kernel.py",
+        *("--nodes", "1000", "--shared", "1", "--pairs", "100000", "--repeats", "1"),
+        *("--no-jax", "--no-gensim", "--concurrent"),
+    )
+    header, _, row = text.strip().splitlines()[-3:]
+    assert header.split(" | ")[-1] == "kernel 1 thread, each of 2 processes at once |"
+    cells = [c.strip() for c in row.strip("| ").split(" | ")]
+    assert cells[:2] == ["1,000", "1"] and int(cells[2].replace(",", "")) >= 100_000
+    # One thread, two threads, then each process's rate (millions of pairs/s, all > 0).
+    rates = [float(v) for v in cells[3:5]] + [float(v) for v in cells[5].split(", ")]
+    assert len(rates) == 4 and all(r > 0 for r in rates)
