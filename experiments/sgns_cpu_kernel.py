@@ -230,14 +230,12 @@ def concurrent(engine: str, num_nodes: int, share: int, args) -> list[float]:
     command += ["--shared", str(share), "--pairs", str(args.pairs)]
     command += ["--repeats", str(args.repeats)]
     procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    rates = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=3600)
-        if proc.returncode:
-            raise SystemExit(f"{' '.join(command)} exited with {proc.returncode}")
-        line = json.loads(out.strip().splitlines()[-1])
-        rates.append(line["pairs"] / line["seconds"])
-    return rates
+    outs = [proc.communicate(timeout=3600)[0] for proc in procs]  # both end before any check
+    if any(proc.returncode for proc in procs):
+        codes = [proc.returncode for proc in procs]
+        raise SystemExit(f"{' '.join(command)} exited with {codes}")
+    lines = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    return [line["pairs"] / line["seconds"] for line in lines]
 
 
 def main(argv=None):
