@@ -39,20 +39,6 @@ def corpus_counts(walks: Walks, num_nodes: int) -> np.ndarray:
     return np.bincount(walks.nodes[mask], minlength=num_nodes).astype(np.int64)
 
 
-@njit(nogil=True, cache=True)
-def tally_pairs(inputs, outputs, counts, marks):
-    """Adds one to ``counts: int64[N]`` at every id of ``inputs`` and ``outputs`` (``int[M]``,
-    ids in range), and sets ``marks: bool[N]`` at the inputs' ids unless ``marks`` is empty: the
-    count ``np.bincount`` gives in one pass, without its copies."""
-    for i in inputs:
-        counts[i] += 1
-    for o in outputs:
-        counts[o] += 1
-    if marks.shape[0]:
-        for i in inputs:
-            marks[i] = True
-
-
 def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
     """word2vec's sub-sampling keep probability per node (module docstring), ``float64[N]``:
     1 for nodes never in the corpus, and for all with ``sample <= 0``."""
@@ -149,6 +135,25 @@ def split_pairs(
     return ins, outs
 
 
+@njit(nogil=True, cache=True)
+def _pack(inputs, outputs, x_in, x_out, x_w, counts, marks):
+    """One device's pairs ``inputs, outputs: int[m]`` into the flat buffers ``x_in, x_out:
+    int32[S B]``, ``x_w: f32[S B]`` (weight 1, then zero-weight padding of id 0), in one pass
+    that also adds one to ``counts: int64[N]`` at every id of both and sets ``marks: bool[N]``
+    at the inputs' ids unless ``marks`` is empty."""
+    m = inputs.shape[0]
+    for j in range(m):
+        i, o = inputs[j], outputs[j]
+        x_in[j], x_out[j], x_w[j] = i, o, 1.0
+        counts[i] += 1
+        counts[o] += 1
+    for j in range(m, x_in.shape[0]):
+        x_in[j], x_out[j], x_w[j] = 0, 0, 0.0
+    if marks.shape[0]:
+        for j in range(m):
+            marks[inputs[j]] = True
+
+
 def pack_steps(
     ins: list[np.ndarray],
     outs: list[np.ndarray],
@@ -158,22 +163,26 @@ def pack_steps(
     steps: int,
     counts: np.ndarray,
     marks: np.ndarray,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps ``start .. start + take`` of each device's pairs (``ins[p], outs[p]: int[M_p]``,
     ``batch`` pairs a step) in buffers of ``steps`` steps, the rest zero-weight padding:
-    ``(inputs, outputs: int32[P, steps, batch], weights: f32[P, steps, batch])``. Each packed
-    pair is tallied into ``counts`` and ``marks`` (:func:`tally_pairs`)."""
+    ``(inputs, outputs: int32[P, steps, batch], weights: f32[P, steps, batch])``, written into
+    ``out`` (buffers of those shapes, reused) when given. Each packed pair is tallied into
+    ``counts`` and ``marks`` (:func:`_pack`)."""
     p = len(ins)
-    x_in = np.zeros((p, steps, batch), np.int32)
-    x_out = np.zeros((p, steps, batch), np.int32)
-    x_w = np.zeros((p, steps, batch), np.float32)
+    if out is None:
+        out = (
+            np.empty((p, steps, batch), np.int32),
+            np.empty((p, steps, batch), np.int32),
+            np.empty((p, steps, batch), np.float32),
+        )
+    x_in, x_out, x_w = out
     lo, hi = start * batch, (start + take) * batch
     for d in range(p):
         m = max(0, min(hi, ins[d].shape[0]) - lo)
-        x_in[d].reshape(-1)[:m] = ins[d][lo : lo + m]
-        x_out[d].reshape(-1)[:m] = outs[d][lo : lo + m]
-        x_w[d].reshape(-1)[:m] = 1.0
-        tally_pairs(ins[d][lo : lo + m], outs[d][lo : lo + m], counts, marks)
+        flat = (a[d].reshape(-1) for a in out)
+        _pack(ins[d][lo : lo + m], outs[d][lo : lo + m], *flat, counts, marks)
     return x_in, x_out, x_w
 
 

@@ -164,6 +164,8 @@ class SkipGramTrainer:
         # AllSync merges syn0 at the input rows trained since the last merge only (exact:
         # merge_rows), which the host knows when it builds the pairs; one replica never merges.
         self._skip_untouched = isinstance(self.sync, AllSync)
+        # One replica merged by its mean is itself: the closing merges run no program.
+        self._merges_itself = self.num_devices == 1 and self.sync.merge == "mean"
         self.programs = trainer_programs(mesh, config, self.sync)
         self._tracks_inputs = self.copies > 1 or (
             self._skip_untouched and self.num_devices > 1 and config.pairs == "host"
@@ -171,8 +173,10 @@ class SkipGramTrainer:
         self._inputs_since_merge = np.zeros(num_nodes, bool)
         self._shard = NamedSharding(mesh, P(self.axis_name))
         self._rep = NamedSharding(mesh, P())
-        # The CPU kernel trains host copies of the tables (None: none taken).
+        # The CPU kernel trains host copies of the tables (None: none taken), from pairs packed
+        # in buffers it reuses (None: not yet made).
         self._host: HostReplicas | None = None
+        self._packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # The keys of the CPU kernel's negatives, a replica each, set by each round.
         self._negative_keys = [0] * self.num_devices
         # Hierarchical softmax's tree, one for the whole run; path_length: its longest path.
@@ -225,9 +229,12 @@ class SkipGramTrainer:
         output = self._output_layer(np.ones(self.num_nodes))
         key = jax.random.key(self.seed)
         loss = self._run(empty, empty, 0, 0, np.zeros(0), key, output)
-        if not self._planned:  # a planned sync's index size varies: compiled on first use
+        # A planned sync's index size varies: compiled on first use; one replica's AllSync
+        # never runs.
+        if not self._planned and not (self._skip_untouched and self.num_devices == 1):
             self.programs.periodic_sync.lower(self.tables, self.anchor).compile()
-        self.programs.full_sync.lower(self.tables, self.anchor).compile()
+        if not self._merges_itself:
+            self.programs.full_sync.lower(self.tables, self.anchor).compile()
         jax.block_until_ready((self.tables, loss))
         return time.perf_counter() - t0
 
@@ -316,7 +323,7 @@ class SkipGramTrainer:
         self._flush_updates()
         self._push()
         # Round end: a full merge, so the feedback and the output read one table.
-        self.tables, self.anchor = self.programs.full_sync(self.tables, self.anchor)
+        self._full_sync()
         self._merged_round_counts[:] = self.round_update_counts
         self._inputs_since_merge[:] = False
         self._since_sync = 0
@@ -365,6 +372,11 @@ class SkipGramTrainer:
             self.tables, self.anchor = self.programs.periodic_sync(self.tables, self.anchor, index)
             self._merged_round_counts[plan.index] = self.round_update_counts[plan.index]
         return plan.rows
+
+    def _full_sync(self) -> None:
+        """Merges every row of the device replicas (nothing to do for one replica's mean)."""
+        if not self._merges_itself:
+            self.tables, self.anchor = self.programs.full_sync(self.tables, self.anchor)
 
     def _input_rows(self) -> np.ndarray | None:
         """:func:`~jaxgraph.embed.merge.input_row_index` of the ``syn0`` rows trained since the
@@ -415,7 +427,11 @@ class SkipGramTrainer:
         updates = np.zeros(self.num_nodes, np.int64)
         marks = self._inputs_since_merge if self._tracks_inputs else self._inputs_since_merge[:0]
         b, cap = self.config.batch_size, self.config.sync_every
-        x_in, x_out, x_w = pack_steps(ins, outs, start, take, b, cap, updates, marks)
+        if self.kernel == "cpu" and self._packed is None:  # the kernel's buffers, reused
+            shape = (self.num_devices, cap, b)
+            self._packed = tuple(np.empty(shape, t) for t in (np.int32, np.int32, np.float32))
+        out = self._packed if self.kernel == "cpu" else None  # placed buffers stay as they are
+        x_in, x_out, x_w = pack_steps(ins, outs, start, take, b, cap, updates, marks, out)
         self.update_counts += updates
         self.round_update_counts += updates
         lr = self._rates(alphas, start, take)
@@ -488,7 +504,7 @@ class SkipGramTrainer:
     def embeddings(self) -> tuple[np.ndarray, np.ndarray]:
         """A full average of the replicas, then ``(syn0, syn1)`` as host ``f32[N, d]``."""
         self._push()
-        self.tables, self.anchor = self.programs.full_sync(self.tables, self.anchor)
+        self._full_sync()
         self._inputs_since_merge[:] = False
         return local_replica(self.tables.syn0), local_replica(self.tables.syn1)
 

@@ -47,6 +47,20 @@ def test_host_merge_equals_the_device_merge(p, merge):
             np.testing.assert_allclose(got, np.asarray(w)[0], rtol=1e-6, atol=1e-6)
 
 
+def test_two_copies_sum_in_float32_as_any_number_of_replicas_does():
+    """Two replicas' sum merge (a device's two copies, merged in one pass over each row) is
+    ``(t0 + t1) - anchor`` rounded in float32, bit for bit, at every row and in the anchor."""
+    rng = np.random.default_rng(3)
+    t0, a0 = _replicas(rng, 2, 300, 40)
+    t1, a1 = _replicas(rng, 2, 300, 40)
+    host, anchor = Tables(t0.copy(), t1.copy()), Tables(a0.copy(), a1.copy())
+    merge_replicas(host, anchor, "sum")
+    for got, got_anchor, t, a in zip(host, anchor, (t0, t1), (a0, a1), strict=True):
+        want = (t[0] + t[1]) - a
+        np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))
+        np.testing.assert_array_equal(got_anchor, want)
+
+
 def test_input_rows_restrict_the_merge_of_syn0():
     """``syn0`` merges at the given rows only; ``syn1`` at every row."""
     rng = np.random.default_rng(0)

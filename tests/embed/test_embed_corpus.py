@@ -12,9 +12,9 @@ from jaxgraph.embed.corpus import (
     corpus_counts,
     keep_probability,
     negative_weights,
+    pack_steps,
     pairs_per_walk,
     skipgram_pairs,
-    tally_pairs,
 )
 from jaxgraph.embed.walks import PAD, Walks
 
@@ -182,16 +182,34 @@ def test_negative_weights_use_float_powers():
 
 
 @pytest.mark.parametrize("mark", [True, False])
-def test_tally_pairs_adds_the_bincount_and_marks_the_inputs(mark):
+def test_pack_steps_pads_tallies_and_reuses_buffers(mark):
+    """Steps ``start .. start + take`` of each device's pairs land in order, the rest is
+    zero-weight padding of id 0, the packed pairs (and only they) are counted and their inputs
+    marked, and buffers handed back in (holding an older chunk) end as fresh ones."""
     rng = np.random.default_rng(1)
-    n = 50
-    ins, outs = rng.integers(0, n, 300).astype(np.int32), rng.integers(0, n, 300).astype(np.int32)
-    counts = rng.integers(0, 9, n).astype(np.int64)
-    start = counts.copy()
-    marks = np.zeros(n, bool)
-    tally_pairs(ins, outs, counts, marks if mark else marks[:0])
-    np.testing.assert_array_equal(counts - start, np.bincount(np.r_[ins, outs], minlength=n))
-    np.testing.assert_array_equal(marks, np.isin(np.arange(n), ins) if mark else False)
+    n, b, steps = 50, 4, 3
+    ins = [rng.integers(0, n, m).astype(np.int32) for m in (30, 17)]
+    outs = [rng.integers(0, n, m).astype(np.int32) for m in (30, 17)]
+    stale = tuple(np.full((2, steps, b), 7, t) for t in (np.int32, np.int32, np.float32))
+    for out in (None, stale):
+        counts = rng.integers(0, 9, n).astype(np.int64)
+        start_counts, marks = counts.copy(), np.zeros(n, bool)
+        got = pack_steps(ins, outs, 2, 3, b, steps, counts, marks if mark else marks[:0], out)
+        packed_in, packed_out = [], []
+        for d in range(2):
+            src_in, src_out = ins[d][8:20], outs[d][8:20]  # steps 2..4, batch 4
+            m = src_in.size  # 12 and 9
+            for x, src in ((got[0], src_in), (got[1], src_out)):
+                np.testing.assert_array_equal(x[d].ravel(), np.r_[src, np.zeros(12 - m, np.int32)])
+            np.testing.assert_array_equal(got[2][d].ravel(), np.r_[np.ones(m), np.zeros(12 - m)])
+            packed_in.append(src_in)
+            packed_out.append(src_out)
+        all_ids = np.concatenate(packed_in + packed_out)
+        np.testing.assert_array_equal(counts - start_counts, np.bincount(all_ids, minlength=n))
+        inputs = np.concatenate(packed_in)
+        np.testing.assert_array_equal(marks, np.isin(np.arange(n), inputs) if mark else False)
+        if out is not None:
+            assert all(g is o for g, o in zip(got, out, strict=True))
 
 
 def test_nth_draw_of_a_stream_equals_stepping_it():

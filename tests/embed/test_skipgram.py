@@ -558,6 +558,46 @@ def test_the_cpu_kernel_trains_one_copy_per_thread_on_one_device():
         assert tr.config.sync_every == want
 
 
+class _Counted:
+    """A program that logs each call (1) and each compilation (0) in ``calls``."""
+
+    def __init__(self, program, calls: list):
+        self.program, self.calls = program, calls
+
+    def __call__(self, *args):
+        self.calls.append(1)
+        return self.program(*args)
+
+    def lower(self, *args):
+        self.calls.append(0)
+        return self.program.lower(*args)
+
+
+@pytest.mark.parametrize("kernel", ["cpu", "jax"])
+def test_one_replica_merged_by_its_mean_runs_no_sync_program(kernel):
+    """On one device with merge='mean' the closing merges are the identity: no sync program
+    compiles or runs, and the tables end bit for bit as when the program runs them."""
+    g = power_law()
+    walks = random_walks(g, np.arange(g.num_nodes), WalkConfig(walk_length=6), seed=0)
+    cfg = SkipGramConfig(dim=DIM, window=3, negatives=NEG, batch_size=BATCH, kernel=kernel)
+    runs = []
+    for forced in (False, True):
+        tr = SkipGramTrainer(g.num_nodes, cfg, make_mesh(1, AXIS), seed=3)
+        calls = []
+        tr.programs = tr.programs._replace(
+            full_sync=_Counted(tr.programs.full_sync, calls),
+            periodic_sync=_Counted(tr.programs.periodic_sync, calls),
+        )
+        tr._merges_itself = tr._merges_itself and not forced
+        tr.compile()
+        tr.train_round(walks, 0)
+        runs.append(tr.embeddings())
+        # forced: full_sync compiled, then run by the round's closing merge and embeddings()
+        assert calls == ([0, 1, 1] if forced else [])
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("threads, copies", [(3, 3), (MAX_COPIES, MAX_COPIES), (MAX_COPIES + 1, 1)])
 def test_copies_up_to_max_copies_threads(monkeypatch, threads, copies):
     """Up to MAX_COPIES threads (numba's count) train a copy each, every 64 / (T - 1) steps of
