@@ -141,17 +141,23 @@ def _pack(inputs, outputs, x_in, x_out, x_w, counts, marks):
     int32[S B]``, ``x_w: f32[S B]`` (weight 1, then zero-weight padding of id 0), in one pass
     that also adds one to ``counts: int64[N]`` at every id of both and sets ``marks: bool[N]``
     at the inputs' ids unless ``marks`` is empty."""
-    m = inputs.shape[0]
+    m, mark = inputs.shape[0], marks.shape[0] > 0
     for j in range(m):
         i, o = inputs[j], outputs[j]
         x_in[j], x_out[j], x_w[j] = i, o, 1.0
         counts[i] += 1
         counts[o] += 1
+        if mark:
+            marks[i] = True
     for j in range(m, x_in.shape[0]):
         x_in[j], x_out[j], x_w[j] = 0, 0, 0.0
-    if marks.shape[0]:
-        for j in range(m):
-            marks[inputs[j]] = True
+
+
+def step_buffers(parts: int, steps: int, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uninitialised buffers for :func:`pack_steps`: ``(inputs, outputs: int32[P, steps,
+    batch], weights: f32[P, steps, batch])``."""
+    shape = (parts, steps, batch)
+    return np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.float32)
 
 
 def pack_steps(
@@ -171,12 +177,7 @@ def pack_steps(
     ``out`` (buffers of those shapes, reused) when given. Each packed pair is tallied into
     ``counts`` and ``marks`` (:func:`_pack`)."""
     p = len(ins)
-    if out is None:
-        out = (
-            np.empty((p, steps, batch), np.int32),
-            np.empty((p, steps, batch), np.int32),
-            np.empty((p, steps, batch), np.float32),
-        )
+    out = step_buffers(p, steps, batch) if out is None else out
     x_in, x_out, x_w = out
     lo, hi = start * batch, (start + take) * batch
     for d in range(p):

@@ -31,6 +31,7 @@ from jaxgraph.embed.corpus import (
     negative_weights,
     pack_steps,
     split_pairs,
+    step_buffers,
 )
 from jaxgraph.embed.cpu_replicas import HostReplicas, host_copies
 from jaxgraph.embed.device_pairs import DeviceWalks, keep_thresholds, key_words
@@ -164,6 +165,8 @@ class SkipGramTrainer:
         # AllSync merges syn0 at the input rows trained since the last merge only (exact:
         # merge_rows), which the host knows when it builds the pairs; one replica never merges.
         self._skip_untouched = isinstance(self.sync, AllSync)
+        # One replica under AllSync: a periodic merge would be the identity, none runs.
+        self._never_syncs = self._skip_untouched and self.num_devices == 1
         # One replica merged by its mean is itself: the closing merges run no program.
         self._merges_itself = self.num_devices == 1 and self.sync.merge == "mean"
         self.programs = trainer_programs(mesh, config, self.sync)
@@ -231,7 +234,7 @@ class SkipGramTrainer:
         loss = self._run(empty, empty, 0, 0, np.zeros(0), key, output)
         # A planned sync's index size varies: compiled on first use; one replica's AllSync
         # never runs.
-        if not self._planned and not (self._skip_untouched and self.num_devices == 1):
+        if not self._planned and not self._never_syncs:
             self.programs.periodic_sync.lower(self.tables, self.anchor).compile()
         if not self._merges_itself:
             self.programs.full_sync.lower(self.tables, self.anchor).compile()
@@ -343,7 +346,7 @@ class SkipGramTrainer:
         self.periodic_syncs += 1
         if self.copies > 1:  # one device's copies, summed whatever the sync
             return self._merge_host()
-        if self._skip_untouched and self.num_devices == 1:
+        if self._never_syncs:
             return 0  # merging one replica is the identity
         if self._skip_untouched and self._host is not None:  # the CPU kernel's tables
             return self._merge_host()
@@ -428,8 +431,7 @@ class SkipGramTrainer:
         marks = self._inputs_since_merge if self._tracks_inputs else self._inputs_since_merge[:0]
         b, cap = self.config.batch_size, self.config.sync_every
         if self.kernel == "cpu" and self._packed is None:  # the kernel's buffers, reused
-            shape = (self.num_devices, cap, b)
-            self._packed = tuple(np.empty(shape, t) for t in (np.int32, np.int32, np.float32))
+            self._packed = step_buffers(self.num_devices, cap, b)
         out = self._packed if self.kernel == "cpu" else None  # placed buffers stay as they are
         x_in, x_out, x_w = pack_steps(ins, outs, start, take, b, cap, updates, marks, out)
         self.update_counts += updates
