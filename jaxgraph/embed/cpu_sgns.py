@@ -3,13 +3,13 @@
 JAX's CPU runtime runs the per-pair gathers and scatter-adds of a batched step as serial loops.
 Here a step runs on one thread in two passes: :func:`_gradients` computes every pair's input-row
 gradient and its output rows' coefficients from the tables, then :func:`_write` applies the
-output rows' updates (multiples of the input rows, or with ``G > 1`` a shared negative's sum over
-its group), then the input rows', each scaled by the row cap ``min(1, c / k)`` counted over one
-id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is id ``N + j``) in counters cleared
-only at the batch's ids, so a step costs ``O(B (K + 2) d)``, not ``O(N d)``. A pair scores its
-positive and negatives six rows to a pass over its input row (:func:`_dots`: six independent
-sums, where one row at a time waits on each sum's adds; the pass is 15-20 % cheaper) and, with
-its own negatives, writes them six to a pass over its input row
+output rows' updates (multiples of the input rows; a negative shared by a group of ``G`` pairs
+takes each pair's in turn), then the input rows', each scaled by the row cap ``min(1, c / k)``
+counted over one id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is id ``N + j``)
+in counters cleared only at the batch's ids, so a step costs ``O(B (K + 2) d)``, not ``O(N
+d)``. A pair scores its positive and negatives six rows to a pass over its input row
+(:func:`_dots`: six independent sums, where one row at a time waits on each sum's adds; the pass
+is 15-20 % cheaper) and writes them six to a pass over its input row
 (:func:`~jaxgraph.embed._intrinsics.axpy_rows`: 5-8 % more pairs/s on one thread); the rows of the
 pair two ahead are prefetched.
 
@@ -64,17 +64,15 @@ class _Workspace(NamedTuple):
     """One buffer per thread (leading axis ``T``) for its steps of ``B`` pairs in ``B / G``
     groups of ``K`` negatives: ``grad: f32[T, B, d]`` each pair's input-row gradient, ``pos:
     f32[T, B]`` each positive's coefficient (its update is ``pos[p] * syn0[i_p]``), ``neg:
-    f32[T, B, K]`` each negative's when ``G = 1`` (the same multiple of its pair's input row),
-    ``shared: f32[T, B / G, K, d]`` each shared negative's summed update when ``G > 1``,
-    ``hit: int32[T, B / G, K]`` whether a live pair used it, ``counts: int32[T, 2N]`` the
-    cap's counters over one id space (``syn0`` row ``i`` is id ``i``, ``syn1`` row ``j`` is
-    ``N + j``; zero between steps), and the step's pairs ``ins, outs: int32[T, B]``, ``w:
-    f32[T, B]``, ``negs: int32[T, B / G, K]``."""
+    f32[T, B, K]`` each of its negatives' (the same multiple of its input row; a negative
+    shared by a group takes the sum of its pairs'), ``hit: int32[T, B / G, K]`` whether a
+    live pair used it, ``counts: int32[T, 2N]`` the cap's counters over one id space (``syn0``
+    row ``i`` is id ``i``, ``syn1`` row ``j`` is ``N + j``; zero between steps), and the
+    step's pairs ``ins, outs: int32[T, B]``, ``w: f32[T, B]``, ``negs: int32[T, B / G, K]``."""
 
     grad: np.ndarray
     pos: np.ndarray
     neg: np.ndarray
-    shared: np.ndarray
     hit: np.ndarray
     counts: np.ndarray
     ins: np.ndarray
@@ -85,13 +83,10 @@ class _Workspace(NamedTuple):
     @classmethod
     def create(cls, threads: int, num_rows: int, dim: int, batch: int, groups: int, k: int):
         t = threads
-        shared = (t, groups, k, dim) if groups < batch else (t, 1, 1, 1)
-        neg = (t, batch, k) if groups == batch else (t, 1, 1)
         return cls(
             page_aligned((t, batch, dim)),
             np.empty((t, batch), np.float32),
-            np.zeros(neg, np.float32),
-            page_aligned(shared, fill=0),
+            np.zeros((t, batch, k), np.float32),
             np.zeros((t, groups, k), np.int32),
             np.zeros((t, 2 * num_rows), np.int32),
             np.empty((t, batch), np.int32),
@@ -117,7 +112,8 @@ _AHEAD = 2
 
 @njit(inline="always", cache=True)
 def _prefetch_pair(syn0, syn1, ins, outs, negs, p, share):
-    """Prefetches the rows pair ``p`` reads and writes (its negatives when it has its own)."""
+    """Prefetches the rows pair ``p`` reads and writes (its negatives when it has its own: a
+    group's shared ones are in cache after its first pair)."""
     prefetch_row(syn0, ins[p])
     prefetch_row(syn1, outs[p])
     if share == 1:
@@ -172,7 +168,7 @@ def _coef(f, positive, a):
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, shared, hit, counts):
+def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, hit, counts):
     """A step's first pass (:func:`step_update`'s rule), reading the tables: fills one
     thread's slices of :class:`_Workspace`. Returns the step's weighted loss."""
     n_rows, d = syn0.shape
@@ -188,9 +184,6 @@ def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, sha
     for n in range(groups):
         for k in range(kn):
             hit[n, k] = 0
-            if share > 1:
-                for q in range(d):
-                    shared[n, k, q] = zero
         for p in range(n * share, (n + 1) * share):
             i, t, wp = ins[p], outs[p], weight[p]
             if p + _AHEAD < b:
@@ -211,7 +204,7 @@ def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, sha
                     jj, gs[j] = j0 + j, zero
                     if jj > kn or (jj > 0 and rows[j] == t):
                         # past the negatives, or one equal to the positive (word2vec skips it)
-                        if 0 < jj <= kn and share == 1:
+                        if 0 < jj <= kn:
                             neg[p, jj - 1] = zero
                         continue
                     g, one_plus_e, h = _coef(fs[j], jj == 0, a)
@@ -220,11 +213,7 @@ def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, sha
                         pos[p] = g
                         continue
                     hit[n, jj - 1] |= live
-                    if share == 1:
-                        neg[p, jj - 1] = g
-                    else:
-                        for q in range(d):
-                            shared[n, jj - 1, q] += g * syn0[i, q]
+                    neg[p, jj - 1] = g
                 _combine(grad, p, j0 > 0, syn1, rows, gs)
             loss += wp * (math.log(product) + hinge)
         if cap > 0:
@@ -234,7 +223,7 @@ def _gradients(syn0, syn1, ins, outs, weight, negs, lr, cap, grad, pos, neg, sha
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
+def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, counts):
     """A step's second pass: :func:`_gradients`' updates applied to the tables in place, and
     the cap's counters cleared."""
     n_rows, d = syn0.shape
@@ -245,17 +234,13 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
     cs = np.empty(_BLOCK, np.float32)
     zero = np.float32(0.0)
     # Output rows first (their updates are multiples of the unchanged input rows), then the
-    # input rows; each update scaled by its row's cap.
+    # input rows; each update scaled by its row's cap. A shared negative takes its group's
+    # pairs' multiples one by one: the sum of their updates, scaled once.
     for n in range(groups - 1, -1, -1):
         for p in range((n + 1) * share - 1, n * share - 1, -1):
             i, t = ins[p], outs[p]
             if p >= _AHEAD:
                 _prefetch_pair(syn0, syn1, ins, outs, negs, p - _AHEAD, share)
-            if share > 1:  # the positive; the group's shared negatives are written below
-                c = pos[p] * _scale(counts, n_rows + t, cap)
-                for q in range(d):
-                    syn1[t, q] += c * syn0[i, q]
-                continue
             # The positive and the K negatives, six rows to a pass; rows past the K-th are the
             # positive's with coefficient 0, as the gradient pass pads them.
             for j0 in range(0, kn + 1, _BLOCK):
@@ -265,12 +250,6 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
                     g = pos[p] if jj == 0 else (neg[p, jj - 1] if jj <= kn else zero)
                     rows[j], cs[j] = o, g * _scale(counts, n_rows + o, cap)
                 axpy_rows(syn1, rows, cs, syn0, i)
-        if share > 1:
-            for k in range(kn):
-                o = negs[n, k]
-                c = _scale(counts, n_rows + o, cap)
-                for q in range(d):
-                    syn1[o, q] += c * shared[n, k, q]
     # Forward: pair 0's input row is the one the output pass read last, and LLVM vectorises
     # this loop only with a forward stride (backward, it ran one float at a time: 12 % of a
     # step's time).
@@ -291,7 +270,7 @@ def _write(syn0, syn1, ins, outs, negs, cap, grad, pos, neg, shared, counts):
 @njit(nogil=True, cache=True)
 def _chunk(
     first_worker, stride_workers, syn0, syn1, flat_in, flat_out, flat_w, lrs, num_steps, span,
-    keys, first_step, accept, alias, cap, per_replica, copies, written, grad, pos, neg, shared,
+    keys, first_step, accept, alias, cap, per_replica, copies, written, grad, pos, neg,
     hit, counts, ins, outs, w, negs,
 ):  # fmt: skip
     """Workers ``first_worker, first_worker + stride_workers, ..`` of :func:`train_replicas`
@@ -312,13 +291,11 @@ def _chunk(
             draw_step(key, first_step + s, accept, alias, negs[u])
             total += _gradients(
                 x0, x1, ins[u], outs[u], w[u], negs[u], lrs[s], cap,
-                grad[u], pos[u], neg[u], shared[u], hit[u], counts[u],
+                grad[u], pos[u], neg[u], hit[u], counts[u],
             )  # fmt: skip
             if not copies:
                 await_written(done, s)
-            _write(
-                x0, x1, ins[u], outs[u], negs[u], cap, grad[u], pos[u], neg[u], shared[u], counts[u]
-            )
+            _write(x0, x1, ins[u], outs[u], negs[u], cap, grad[u], pos[u], neg[u], counts[u])
             if not copies:
                 mark_written(done, s)
     return total
@@ -367,10 +344,10 @@ def step_update(
             f"{negatives.shape}"
         )
     ws = _Workspace.create(1, n, d, b, *negatives.shape)
-    grad, pos, neg, shared, hit, counts = (a[0] for a in ws[:6])
-    args = (inputs, outputs, weight, negatives, np.float32(lr), cap, grad, pos, neg, shared, hit)
+    grad, pos, neg, hit, counts = (a[0] for a in ws[:5])
+    args = (inputs, outputs, weight, negatives, np.float32(lr), cap, grad, pos, neg, hit)
     loss = _gradients(syn0, syn1, *args, counts)
-    _write(syn0, syn1, inputs, outputs, negatives, cap, grad, pos, neg, shared, counts)
+    _write(syn0, syn1, inputs, outputs, negatives, cap, grad, pos, neg, counts)
     return loss
 
 
