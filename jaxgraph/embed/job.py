@@ -31,9 +31,10 @@ from jaxgraph.embed.run import (
 PRESETS: dict[str, str] = {
     "published": "DeepWalk's published run (10 rounds of one walk of 80 per node, window 10, "
     "d 128, 5 negatives, sample 1e-3, lr 0.025 decayed linearly over the run) in steps of "
-    "1,024 pairs, with two changes to word2vec's update: a row's updates within a step are "
-    "capped at 4 times one (row_cap 4) and a step draws its pairs from 8 steps' stretch of "
-    "the walks (interleave 8)",
+    "1,024 pairs, syn0 starting at gensim 4's range, with three changes to word2vec's update: "
+    "a row's updates within a step are capped at 4 times one (row_cap 4), a step draws its "
+    "pairs from 8 steps' stretch of the walks (interleave 8) and every 4 pairs of a step share "
+    "one draw of 5 negatives (shared_negatives 4)",
     "word2vec": "the published run with word2vec's update: no row cap, every pair its own 5 "
     "negatives, a step's pairs drawn from the whole sync period (interleave none; consecutive "
     "pairs, interleave 1, diverge on hub-heavy graphs)",

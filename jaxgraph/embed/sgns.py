@@ -66,7 +66,7 @@ class SkipGramConfig:
         in all walks trained so far) or ``"degree"`` (out-degree, as the public FeLoG code).
       lr: initial learning rate ``alpha_0``.
       init_scale: ``syn0`` starts uniform on ``[-init_scale / d, init_scale / d]`` (``syn1``
-        at zero). ``0.5`` (default) is word2vec's range, ``1.0`` gensim 4's.
+        at zero). ``1.0`` (default) is gensim 4's range, ``0.5`` word2vec's.
       lr_decay: round ``r`` trains at ``alpha_0 * exp(-lr_decay * r)``.
       lr_schedule: ``"round"`` (constant within a round), ``"linear"`` (additionally decays
         linearly within a round to ``1e-4`` of the round's rate, by tokens processed) or
@@ -83,7 +83,9 @@ class SkipGramConfig:
       shared_negatives: ``G``, pairs that share one draw of ``K`` negatives: each step's batch
         falls into groups of ``G`` pairs (consecutive in the batch, hence far apart in the
         walks: batches are interleaved), and every pair of a group takes the group's ``K``
-        negatives. ``1`` (default): every pair draws its own (word2vec); see :func:`sgns_update`.
+        negatives, so a step touches ``2 + K / G`` random rows per pair instead of ``2 + K``.
+        ``4`` (default: docs/embedding.md, "Presets", gives what it saves and costs); ``1``:
+        every pair draws its own (word2vec); see :func:`sgns_update`.
       sync_every: steps between two table syncs (a round always ends with a full merge);
         ``merge="sum"`` on ``P`` replicas syncs at least every ``min(8 N / B, 64) / (P - 1)``
         steps (``8 N / B`` alone on 2), which keeps it from diverging (see :func:`sum_period`).
@@ -124,13 +126,13 @@ class SkipGramConfig:
     sample: float = 1e-3
     counts: CountSource = "corpus"
     lr: float = 0.025
-    init_scale: float = 0.5
+    init_scale: float = 1.0
     lr_decay: float = 0.1
     lr_schedule: Literal["round", "linear", "global"] = "round"
     schedule_rounds: int | None = None
     batch_size: int = 1024
     row_cap: int | None = 4
-    shared_negatives: int = 1
+    shared_negatives: int = 4
     sync_every: int = 64
     interleave: int | None = 8
     merge: Merge = "mean"

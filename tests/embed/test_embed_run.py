@@ -172,12 +172,14 @@ def test_command_line_defaults_come_from_the_preset():
     gpu = config("--preset", "gpu", "--method", "deepwalk")
     assert gpu.walk == published.walk and gpu.rounds == published.rounds
     assert (gpu.sgns.batch_size, gpu.sgns.shared_negatives, gpu.sgns.row_cap) == (16384, 8, 16)
-    same = dataclasses.replace(gpu.sgns, batch_size=1024, shared_negatives=1, row_cap=4)
+    same = dataclasses.replace(gpu.sgns, batch_size=1024, shared_negatives=4, row_cap=4)
     assert same == published.sgns
-    # word2vec's update: the published run without the row cap and the interleaving window.
+    # word2vec's update: the published run without the row cap, the interleaving window and
+    # the shared negatives.
     w2v = config("--preset", "word2vec", "--method", "deepwalk")
     assert (w2v.sgns.row_cap, w2v.sgns.interleave, w2v.sgns.shared_negatives) == (None, None, 1)
-    assert w2v.replace(sgns=dataclasses.replace(w2v.sgns, row_cap=4, interleave=8)) == published
+    back = dataclasses.replace(w2v.sgns, row_cap=4, interleave=8, shared_negatives=4)
+    assert w2v.replace(sgns=back) == published
     with pytest.raises(
         ValueError, match="unknown --preset 'tpu'; expected one of published, word2vec, cpu, gpu"
     ):
