@@ -11,7 +11,8 @@ change the update:
 
 The **word2vec-exact** configuration is the same preset with ``row_cap=None`` (the plain sum
 of a step's updates), ``interleave=1`` (a batch is 1,024 consecutive pairs of the walks) and
-``shared_negatives=1`` (every pair draws its own negatives; the published preset already does):
+``shared_negatives=1`` (every pair draws its own negatives; the published preset shares a draw
+between 4 pairs since 2026-12-06, after the tables in ``results/presets/``):
 the update of word2vec / gensim applied to a batch of pairs at once. Both configurations are
 built through the library's API, and both run :func:`jaxgraph.embed.embed` on one device.
 

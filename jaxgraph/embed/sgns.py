@@ -19,9 +19,9 @@ which overshoots on hub-heavy graphs. Two rules keep a step near a sequential pa
 one walk gives; every pair is trained once, in a fixed order) and *a row cap* (``row_cap = c``:
 a row with ``k`` updates in one step moves by ``min(1, c / k)`` times their sum).
 
-*Shared negatives* (``shared_negatives = G``, as GraphVite and PyTorch-BigGraph) give each group
-of ``G`` pairs of a step one draw of ``K`` negatives. The merge rules (:data:`MERGES`) are
-:mod:`jaxgraph.embed.merge`'s.
+*Shared negatives* (``shared_negatives = G``, as GraphVite and PyTorch-BigGraph; 4 by default)
+give each group of ``G`` pairs of a step one draw of ``K`` negatives. The merge rules
+(:data:`MERGES`) are :mod:`jaxgraph.embed.merge`'s.
 """
 
 from __future__ import annotations
